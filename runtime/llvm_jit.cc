@@ -1,0 +1,140 @@
+#include "runtime/llvm_jit.h"
+
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/IRReader/IRReader.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/Host.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace metafuse::runtime {
+namespace {
+
+std::string ToString(llvm::Error err) {
+  std::string message;
+  llvm::raw_string_ostream os(message);
+  os << err;
+  return os.str();
+}
+
+void InitializeNativeTargetOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::InitializeNativeTargetAsmParser();
+  });
+}
+
+}  // namespace
+
+struct LlvmJit::Impl {
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::unique_ptr<llvm::TargetMachine> target_machine;  // for optimization
+  std::string host;
+};
+
+LlvmJit::LlvmJit(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LlvmJit::~LlvmJit() = default;
+
+absl::StatusOr<std::unique_ptr<LlvmJit>> LlvmJit::Create() {
+  InitializeNativeTargetOnce();
+  auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!jtmb) {
+    return absl::InternalError(absl::StrCat(
+        "LLVM could not describe the host CPU: ", ToString(jtmb.takeError())));
+  }
+  jtmb->setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);
+  auto tm = jtmb->createTargetMachine();
+  if (!tm) {
+    return absl::InternalError(absl::StrCat(
+        "LLVM could not create a target machine for the host: ",
+        ToString(tm.takeError())));
+  }
+  auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*jtmb).create();
+  if (!jit) {
+    return absl::InternalError(
+        absl::StrCat("LLVM ORC LLJIT could not be created: ",
+                     ToString(jit.takeError())));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->host = absl::StrCat(jtmb->getTargetTriple().str(), " / ",
+                            llvm::sys::getHostCPUName().str());
+  impl->jit = std::move(*jit);
+  impl->target_machine = std::move(*tm);
+  return std::unique_ptr<LlvmJit>(new LlvmJit(std::move(impl)));
+}
+
+absl::Status LlvmJit::AddModule(const std::string& module_name,
+                                const std::string& ir) {
+  auto context = std::make_unique<llvm::LLVMContext>();
+  llvm::SMDiagnostic diag;
+  std::unique_ptr<llvm::Module> module = llvm::parseIR(
+      llvm::MemoryBufferRef(ir, module_name), diag, *context);
+  if (!module) {
+    std::string message;
+    llvm::raw_string_ostream os(message);
+    diag.print(module_name.c_str(), os, /*ShowColors=*/false);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LLVM IR of module '", module_name, "' does not parse: ", os.str()));
+  }
+  std::string verify_errors;
+  llvm::raw_string_ostream verify_os(verify_errors);
+  if (llvm::verifyModule(*module, &verify_os)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LLVM IR of module '", module_name,
+                     "' is invalid: ", verify_os.str()));
+  }
+  module->setDataLayout(impl_->jit->getDataLayout());
+  module->setTargetTriple(impl_->jit->getTargetTriple().str());
+
+  // The standard O2 pipeline, with the host's target information so that the
+  // loop and SLP vectorizers use the CPU's real vector width.
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(impl_->target_machine.get());
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm =
+      pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
+  mpm.run(*module, mam);
+
+  llvm::Error err = impl_->jit->addIRModule(
+      llvm::orc::ThreadSafeModule(std::move(module), std::move(context)));
+  if (err) {
+    return absl::InternalError(absl::StrCat("LLVM could not add module '",
+                                            module_name,
+                                            "': ", ToString(std::move(err))));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> LlvmJit::Lookup(const std::string& symbol) {
+  auto address = impl_->jit->lookup(symbol);
+  if (!address) {
+    return absl::NotFoundError(absl::StrCat("JIT symbol '", symbol,
+                                            "' not found: ",
+                                            ToString(address.takeError())));
+  }
+  return reinterpret_cast<void*>(address->getAddress());
+}
+
+std::string LlvmJit::HostDescription() const { return impl_->host; }
+
+}  // namespace metafuse::runtime

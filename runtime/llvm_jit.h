@@ -1,0 +1,35 @@
+// A thin owner of one LLVM ORC LLJIT instance: LLVM IR text in, host function
+// pointers out. The code generator (compiler/) prints kernels as LLVM IR; this
+// is where they become native code for the host CPU.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace metafuse::runtime {
+
+class LlvmJit {
+ public:
+  // Creates a JIT for the host CPU (its features enabled, O2 pipeline).
+  static absl::StatusOr<std::unique_ptr<LlvmJit>> Create();
+  ~LlvmJit();
+
+  // Parses `ir` (textual LLVM IR), optimizes it for the host and adds it to
+  // the JIT under `module_name`. Errors name the module and LLVM's diagnostic.
+  absl::Status AddModule(const std::string& module_name, const std::string& ir);
+
+  // Address of a function defined by an added module.
+  absl::StatusOr<void*> Lookup(const std::string& symbol);
+
+  // The host as LLVM sees it, e.g. "x86_64-pc-linux-gnu / znver3".
+  std::string HostDescription() const;
+
+ private:
+  struct Impl;
+  explicit LlvmJit(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace metafuse::runtime

@@ -1,0 +1,48 @@
+"""Finds the CUDA toolkit (NVRTC headers and library, nvcc) if it is installed.
+
+The repository always exists, so BUILD files can depend on it unconditionally:
+  @local_cuda//:nvrtc            NVRTC (headers + -lnvrtc), empty without CUDA
+  @local_cuda//:defs.bzl         CUDA_AVAILABLE, CUDA_PATH
+Where the toolkit is missing the targets are empty and CUDA_AVAILABLE is False,
+so CUDA code is left out of the build instead of failing it.
+"""
+
+def _cuda_configure_impl(ctx):
+    cuda_path = ctx.os.environ.get("CUDA_PATH", "/usr/local/cuda")
+    root = ctx.path(cuda_path)
+    available = (root.get_child("include").get_child("nvrtc.h").exists and
+                 root.get_child("lib64").get_child("libnvrtc.so").exists)
+    if available:
+        ctx.symlink(root.get_child("include"), "include")
+        ctx.file("BUILD", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "nvrtc",
+    hdrs = glob(["include/*.h", "include/crt/*.h", "include/crt/*.hpp"]),
+    includes = ["include"],
+    linkopts = ["-L{lib}", "-lnvrtc", "-Wl,-rpath,{lib}"],
+)
+
+# Headers for the CUDA driver API; libcuda itself is dlopen'ed at run time.
+cc_library(
+    name = "cuda_headers",
+    hdrs = glob(["include/*.h", "include/crt/*.h", "include/crt/*.hpp"]),
+    includes = ["include"],
+)
+""".format(lib = cuda_path + "/lib64"))
+    else:
+        ctx.file("BUILD", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(name = "nvrtc")
+
+cc_library(name = "cuda_headers")
+""")
+    ctx.file("defs.bzl", "CUDA_AVAILABLE = {}\nCUDA_PATH = \"{}\"\n".format(available, cuda_path))
+
+cuda_configure = repository_rule(
+    implementation = _cuda_configure_impl,
+    environ = ["CUDA_PATH"],
+    local = True,
+)

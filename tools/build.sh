@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds everything with Bazel (offline), and makes
+# the Python package importable by /usr/bin/python3:
+#   - copies the extension to frontend/python/metafuse/_C.so
+#   - writes metafuse.pth (pointing at frontend/python) into the user site dir
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash tools/install_deps.sh
+bazel build //...
+
+install -m 0755 bazel-bin/frontend/_C.so frontend/python/metafuse/_C.so
+user_site=$(/usr/bin/python3 -m site --user-site)
+mkdir -p "$user_site"
+echo "$PWD/frontend/python" > "$user_site/metafuse.pth"
+echo "build: metafuse importable by /usr/bin/python3 from $PWD/frontend/python"

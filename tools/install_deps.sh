@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every Debian package metafuse needs. Idempotent: when everything is
+# already present it changes nothing and does not touch the network.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap            # Bazel 4.2.3, the build
+  g++ libomp-14-dev          # C++17 compiler; OpenMP comes with g++ (libgomp)
+  libtorch-dev python3-torch # LibTorch 1.13.1 + its Python front for /usr/bin/python3
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  llvm-14-dev                # ORC LLJIT for CPU code generation
+  pybind11-dev python3-pybind11 python3-dev
+  python3-pytest python3-numpy
+  graphviz
+  libgloo-dev libtensorpipe-dev  # torch.distributed backends
+  zlib1g-dev libzstd-dev libtinfo-dev libxml2-dev libffi-dev libedit-dev  # what llvm-config --system-libs names
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install_deps: installing ${missing[*]}"
+$SUDO apt-get update
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
