@@ -1,0 +1,200 @@
+// Adam-family preconditioners: first and second moments with bias correction.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "metafuse/optim/state_helpers.h"
+#include "metafuse/optim/transforms.h"
+
+namespace metafuse::optim {
+namespace {
+
+using internal::CheckStateMatches;
+using internal::Ema;
+using internal::EmaSquare;
+
+// State shared by the three: mu, nu and the host-side count.
+TransformState MomentsState(const char* name, const TensorList& params,
+                            const char* second_name, bool requires_grad) {
+  return {name,
+          {internal::FilledLike("mu", params, 0.0, requires_grad),
+           internal::FilledLike(second_name, params, 0.0, requires_grad),
+           internal::CountField()},
+          {}};
+}
+
+class ScaleByAdamTx final : public GradientTransformation {
+ public:
+  ScaleByAdamTx(double b1, double b2, double eps, double eps_root, bool rg)
+      : b1_(b1), b2_(b2), eps_(eps), eps_root_(eps_root), requires_grad_(rg) {}
+
+  TransformState Init(const TensorList& params) const override {
+    return MomentsState("ScaleByAdamState", params, "nu", requires_grad_);
+  }
+
+  TensorList Update(const TensorList& updates, TransformState& state,
+                    const TensorList*, bool inplace) const override {
+    CheckStateMatches(state, updates);
+    const int64_t t = internal::ReadCount(state) + 1;
+    const double bc1 = 1.0 - std::pow(b1_, t);
+    const double bc2 = 1.0 - std::pow(b2_, t);
+    TensorList& mu = state.field("mu").tensors;
+    TensorList& nu = state.field("nu").tensors;
+    TensorList out;
+    out.reserve(updates.size());
+    for (size_t i = 0; i < updates.size(); ++i) {
+      Ema(mu[i], updates[i], b1_, inplace);
+      EmaSquare(nu[i], updates[i], b2_, inplace);
+      at::Tensor denom = (nu[i] / bc2 + eps_root_).sqrt() + eps_;
+      out.push_back((mu[i] / bc1) / denom);
+    }
+    internal::AdvanceCount(state, inplace);
+    return out;
+  }
+
+  std::string Describe() const override {
+    std::ostringstream os;
+    os << "scale_by_adam(b1=" << b1_ << ", b2=" << b2_ << ", eps=" << eps_
+       << ", eps_root=" << eps_root_ << ")";
+    return os.str();
+  }
+
+ private:
+  double b1_, b2_, eps_, eps_root_;
+  bool requires_grad_;
+};
+
+class ScaleByAdamaxTx final : public GradientTransformation {
+ public:
+  ScaleByAdamaxTx(double b1, double b2, double eps, bool rg)
+      : b1_(b1), b2_(b2), eps_(eps), requires_grad_(rg) {}
+
+  TransformState Init(const TensorList& params) const override {
+    return MomentsState("ScaleByAdamaxState", params, "nu", requires_grad_);
+  }
+
+  TensorList Update(const TensorList& updates, TransformState& state,
+                    const TensorList*, bool inplace) const override {
+    CheckStateMatches(state, updates);
+    const int64_t t = internal::ReadCount(state) + 1;
+    const double bc1 = 1.0 - std::pow(b1_, t);
+    TensorList& mu = state.field("mu").tensors;
+    TensorList& nu = state.field("nu").tensors;
+    TensorList out;
+    out.reserve(updates.size());
+    for (size_t i = 0; i < updates.size(); ++i) {
+      Ema(mu[i], updates[i], b1_, inplace);
+      // The infinity norm: max(b2 * nu, |g| + eps), as torch.optim.Adamax.
+      at::Tensor candidate = updates[i].abs() + eps_;
+      if (inplace) {
+        at::maximum_out(nu[i], nu[i].mul_(b2_), candidate);
+      } else {
+        nu[i] = at::maximum(nu[i] * b2_, candidate);
+      }
+      out.push_back((mu[i] / bc1) / nu[i]);
+    }
+    internal::AdvanceCount(state, inplace);
+    return out;
+  }
+
+  std::string Describe() const override {
+    std::ostringstream os;
+    os << "scale_by_adamax(b1=" << b1_ << ", b2=" << b2_ << ", eps=" << eps_
+       << ")";
+    return os.str();
+  }
+
+ private:
+  double b1_, b2_, eps_;
+  bool requires_grad_;
+};
+
+class ScaleByRAdamTx final : public GradientTransformation {
+ public:
+  ScaleByRAdamTx(double b1, double b2, double eps, double threshold, bool rg)
+      : b1_(b1), b2_(b2), eps_(eps), threshold_(threshold),
+        requires_grad_(rg) {}
+
+  TransformState Init(const TensorList& params) const override {
+    return MomentsState("ScaleByRAdamState", params, "nu", requires_grad_);
+  }
+
+  TensorList Update(const TensorList& updates, TransformState& state,
+                    const TensorList*, bool inplace) const override {
+    CheckStateMatches(state, updates);
+    const int64_t t = internal::ReadCount(state) + 1;
+    const double bc1 = 1.0 - std::pow(b1_, t);
+    const double bc2 = 1.0 - std::pow(b2_, t);
+    // Length of the approximated simple moving average (Liu et al., 2020).
+    const double rho_inf = 2.0 / (1.0 - b2_) - 1.0;
+    const double rho_t = rho_inf - 2.0 * t * std::pow(b2_, t) / bc2;
+    const bool rectify = rho_t > threshold_;
+    const double rect =
+        rectify ? std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf /
+                            ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+                : 0.0;
+    TensorList& mu = state.field("mu").tensors;
+    TensorList& nu = state.field("nu").tensors;
+    TensorList out;
+    out.reserve(updates.size());
+    for (size_t i = 0; i < updates.size(); ++i) {
+      Ema(mu[i], updates[i], b1_, inplace);
+      EmaSquare(nu[i], updates[i], b2_, inplace);
+      at::Tensor mu_hat = mu[i] / bc1;
+      if (rectify) {
+        at::Tensor adaptive = std::sqrt(bc2) / (nu[i].sqrt() + eps_);
+        out.push_back(mu_hat * adaptive * rect);
+      } else {
+        out.push_back(mu_hat);
+      }
+    }
+    internal::AdvanceCount(state, inplace);
+    return out;
+  }
+
+  std::string Describe() const override {
+    std::ostringstream os;
+    os << "scale_by_radam(b1=" << b1_ << ", b2=" << b2_ << ", eps=" << eps_
+       << ", threshold=" << threshold_ << ")";
+    return os.str();
+  }
+
+ private:
+  double b1_, b2_, eps_, threshold_;
+  bool requires_grad_;
+};
+
+void CheckBetas(double b1, double b2) {
+  internal::CheckInUnitInterval(b1, "b1 (betas[0])", /*closed_right=*/false);
+  internal::CheckInUnitInterval(b2, "b2 (betas[1])", /*closed_right=*/false);
+}
+
+}  // namespace
+
+TransformPtr ScaleByAdam(double b1, double b2, double eps, double eps_root,
+                         bool moment_requires_grad) {
+  CheckBetas(b1, b2);
+  internal::CheckNonNegative(eps, "eps");
+  internal::CheckNonNegative(eps_root, "eps_root");
+  return std::make_shared<ScaleByAdamTx>(b1, b2, eps, eps_root,
+                                         moment_requires_grad);
+}
+
+TransformPtr ScaleByAdamax(double b1, double b2, double eps,
+                           bool moment_requires_grad) {
+  CheckBetas(b1, b2);
+  internal::CheckNonNegative(eps, "eps");
+  return std::make_shared<ScaleByAdamaxTx>(b1, b2, eps, moment_requires_grad);
+}
+
+TransformPtr ScaleByRAdam(double b1, double b2, double eps, double threshold,
+                          bool moment_requires_grad) {
+  CheckBetas(b1, b2);
+  internal::CheckNonNegative(eps, "eps");
+  return std::make_shared<ScaleByRAdamTx>(b1, b2, eps, threshold,
+                                          moment_requires_grad);
+}
+
+}  // namespace metafuse::optim

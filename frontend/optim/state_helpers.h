@@ -1,0 +1,64 @@
+// Small helpers shared by the transform implementations (not public API).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "metafuse/optim/gradient_transformation.h"
+
+namespace metafuse::optim::internal {
+
+// The step count lives on the host (a CPU int64 scalar): reading it for bias
+// correction never synchronizes a device.
+inline at::Tensor NewCount() { return at::zeros({}, at::kLong); }
+
+inline int64_t ReadCount(const TransformState& state) {
+  return state.field("count").tensors.at(0).item<int64_t>();
+}
+
+inline void AdvanceCount(TransformState& state, bool inplace) {
+  at::Tensor& count = state.field("count").tensors.at(0);
+  count = inplace ? count.add_(1) : count + 1;
+}
+
+inline TransformState::Field CountField() {
+  return {"count", {NewCount()}, /*per_param=*/false};
+}
+
+// A per-parameter field of tensors like `params`, filled with `value`.
+inline TransformState::Field FilledLike(const std::string& name,
+                                        const TensorList& params, double value,
+                                        bool requires_grad) {
+  TransformState::Field f{name, {}, true};
+  f.tensors.reserve(params.size());
+  for (const at::Tensor& p : params) {
+    at::Tensor t = at::full_like(p, value, at::MemoryFormat::Preserve);
+    if (requires_grad) t.requires_grad_(true);
+    f.tensors.push_back(std::move(t));
+  }
+  return f;
+}
+
+// decay * moment + (1 - decay) * x, in place into `moment` or out of place.
+inline at::Tensor Ema(at::Tensor& moment, const at::Tensor& x, double decay,
+                      bool inplace) {
+  if (inplace) return moment.mul_(decay).add_(x, 1.0 - decay);
+  moment = moment.mul(decay).add(x, 1.0 - decay);
+  return moment;
+}
+
+// decay * moment + (1 - decay) * x * x.
+inline at::Tensor EmaSquare(at::Tensor& moment, const at::Tensor& x,
+                            double decay, bool inplace) {
+  if (inplace) return moment.mul_(decay).addcmul_(x, x, 1.0 - decay);
+  moment = moment.mul(decay).addcmul(x, x, 1.0 - decay);
+  return moment;
+}
+
+// Checks that a per-parameter state field still matches the updates.
+void CheckStateMatches(const TransformState& state, const TensorList& updates);
+
+// Validation helpers whose messages name the argument.
+void CheckInUnitInterval(double value, const char* name, bool closed_right);
+void CheckNonNegative(double value, const char* name);
+
+}  // namespace metafuse::optim::internal

@@ -1,0 +1,121 @@
+"""The optimizers users name, as GradientTransformations (TorchOpt/Optax
+style). Defaults and update rules follow torch.optim, so that
+``metafuse.adam(lr)`` and ``torch.optim.Adam(lr=lr)`` give the same numbers.
+
+``lr`` may be a number, a tensor (a learned, differentiable rate) or a
+schedule (see metafuse.schedule).
+"""
+
+import numbers
+
+import torch
+
+from metafuse import _C
+from metafuse.base import GradientTransformation
+from metafuse.transform import _betas, _MaskedByTree, _number
+
+_core = _C._optim
+
+__all__ = ["sgd", "adam", "adamw", "adamax", "adadelta", "adagrad", "radam",
+           "rmsprop"]
+
+
+def _lr(lr):
+    if isinstance(lr, torch.Tensor) or callable(lr):
+        return lr
+    if not isinstance(lr, numbers.Real):
+        raise TypeError(f"`lr` must be a number, a tensor or a schedule, got "
+                        f"{type(lr).__name__}")
+    if lr < 0:
+        raise ValueError(f"`lr` must be >= 0 (use maximize=True to ascend), "
+                         f"got {lr}")
+    return float(lr)
+
+
+def sgd(lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, *,
+        moment_requires_grad=False, maximize=False):
+    """Stochastic gradient descent (torch.optim.SGD)."""
+    if nesterov and (momentum <= 0 or dampening != 0):
+        raise ValueError("nesterov momentum needs `momentum` > 0 and "
+                         f"`dampening` == 0, got {momentum}, {dampening}")
+    return GradientTransformation(_core.sgd(
+        _lr(lr), _number(momentum, "momentum", 0.0, 1.0),
+        _number(dampening, "dampening", 0.0, 1.0),
+        _number(weight_decay, "weight_decay", 0.0), bool(nesterov),
+        bool(maximize), bool(moment_requires_grad)))
+
+
+def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+         eps_root=0.0, moment_requires_grad=False, maximize=False):
+    """Adam (torch.optim.Adam); ``eps_root`` > 0 keeps meta-gradients finite
+    where the second moment is zero."""
+    b1, b2 = _betas(betas)
+    return GradientTransformation(_core.adam(
+        _lr(lr), b1, b2, _number(eps, "eps", 0.0),
+        _number(eps_root, "eps_root", 0.0),
+        _number(weight_decay, "weight_decay", 0.0), bool(maximize),
+        bool(moment_requires_grad)))
+
+
+def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
+          eps_root=0.0, mask=None, moment_requires_grad=False, maximize=False):
+    """AdamW (torch.optim.AdamW): decoupled weight decay, optionally only on
+    the leaves where ``mask`` (a bool pytree, or a callable of the params)
+    is True."""
+    b1, b2 = _betas(betas)
+    args = (_lr(lr), b1, b2, _number(eps, "eps", 0.0),
+            _number(eps_root, "eps_root", 0.0),
+            _number(weight_decay, "weight_decay", 0.0), bool(maximize),
+            bool(moment_requires_grad))
+    if mask is None:
+        return GradientTransformation(_core.adamw(*args, []))
+    return _MaskedByTree(lambda m: _core.adamw(*args, m), mask)
+
+
+def adamax(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+           moment_requires_grad=False, maximize=False):
+    """Adamax (torch.optim.Adamax)."""
+    b1, b2 = _betas(betas)
+    return GradientTransformation(_core.adamax(
+        _lr(lr), b1, b2, _number(eps, "eps", 0.0),
+        _number(weight_decay, "weight_decay", 0.0), bool(maximize),
+        bool(moment_requires_grad)))
+
+
+def radam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+          moment_requires_grad=False, maximize=False):
+    """RAdam (torch.optim.RAdam)."""
+    b1, b2 = _betas(betas)
+    return GradientTransformation(_core.radam(
+        _lr(lr), b1, b2, _number(eps, "eps", 0.0),
+        _number(weight_decay, "weight_decay", 0.0), bool(maximize),
+        bool(moment_requires_grad)))
+
+
+def adadelta(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, *,
+             moment_requires_grad=False, maximize=False):
+    """Adadelta (torch.optim.Adadelta)."""
+    return GradientTransformation(_core.adadelta(
+        _lr(lr), _number(rho, "rho", 0.0, 1.0), _number(eps, "eps", 0.0),
+        _number(weight_decay, "weight_decay", 0.0), bool(maximize),
+        bool(moment_requires_grad)))
+
+
+def adagrad(lr=1e-2, lr_decay=0.0, weight_decay=0.0,
+            initial_accumulator_value=0.0, eps=1e-10, *, maximize=False):
+    """Adagrad (torch.optim.Adagrad)."""
+    return GradientTransformation(_core.adagrad(
+        _lr(lr), _number(lr_decay, "lr_decay", 0.0),
+        _number(weight_decay, "weight_decay", 0.0),
+        _number(initial_accumulator_value, "initial_accumulator_value", 0.0),
+        _number(eps, "eps", 0.0), bool(maximize)))
+
+
+def rmsprop(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
+            centered=False, *, moment_requires_grad=False, maximize=False):
+    """RMSProp (torch.optim.RMSprop), plain or centered, with momentum."""
+    return GradientTransformation(_core.rmsprop(
+        _lr(lr), _number(alpha, "alpha", 0.0, 1.0), _number(eps, "eps", 0.0),
+        _number(weight_decay, "weight_decay", 0.0),
+        _number(momentum, "momentum", 0.0, 1.0), bool(centered),
+        bool(maximize), bool(moment_requires_grad)))
