@@ -1,0 +1,95 @@
+// metafuse::adam / adam_multi: Adam and AdamW, fused, with the exact
+// closed-form backward.
+#include <torch/library.h>
+
+#include "kernels/adam_family.h"
+
+namespace metafuse {
+namespace kernels {
+namespace {
+
+struct Adam : AdamFamily {
+  static constexpr const char* kName = "adam";
+  template <typename A>
+  using Coeffs = AdamCoeffs<A>;
+
+  static void Check(const Hyper& h) { CheckCommon(kName, h); }
+
+  template <typename A>
+  static Coeffs<A> MakeCoeffs(const Hyper& h) {
+    Coeffs<A> c;
+    c.sign = static_cast<A>(Sign(h));
+    c.l2 = static_cast<A>(L2(h));
+    c.b1 = static_cast<A>(h.b1);
+    c.one_minus_b1 = static_cast<A>(1.0 - h.b1);
+    c.b2 = static_cast<A>(h.b2);
+    c.one_minus_b2 = static_cast<A>(1.0 - h.b2);
+    c.inv_bc2 = static_cast<A>(1.0 / Bc2(h));
+    c.eps_root = static_cast<A>(h.eps_root);
+    c.eps = static_cast<A>(h.eps);
+    c.step = static_cast<A>(h.lr / Bc1(h));
+    c.decoupled = static_cast<A>(Decoupled(h));
+    return c;
+  }
+
+  template <typename A, int V>
+  static inline void Element(const Coeffs<A>& c, A g, A p, const A* s, A* u,
+                             A* so, A* aux) {
+    AdamElement<A>(c, g, p, s[0], s[1], u, &so[0], &so[1], &aux[0]);
+  }
+
+  // With K = lr/bc1, D = r + eps, update = -K mu'/D - dec p:
+  //   G_mu' = grad_mu' - K gu / D
+  //   G_r   = K gu mu' / D^2 + grad_r            (du/dr; D = r + eps exactly)
+  //   G_nu' = grad_nu' + G_r / (2 r bc2)          (dr/dnu' from the saved r)
+  // No square root is recomputed and none is differentiated: 1/(2r) uses the
+  // saved r, which is >= sqrt(eps_root) > 0 when eps_root > 0.
+  static std::vector<at::Tensor> Backward(const Hyper& h, int,
+                                          const SavedStep& s) {
+    const at::Tensor& r = s.aux[0];
+    const at::Tensor d = r + h.eps;
+    const at::Tensor t = s.grad_u * (h.lr / Bc1(h)) / d;
+    const at::Tensor g_mu = s.grad_s[0] - t;
+    const at::Tensor g_r = AddOpt(t * s.s_out[0] / d, s.grad_aux[0]);
+    const at::Tensor g_nu = s.grad_s[1] + g_r / r * (0.5 / Bc2(h));
+    return MomentGrads(h, s, g_mu, g_nu);
+  }
+};
+
+}  // namespace
+}  // namespace kernels
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> adam(
+    const at::Tensor& grad, const at::Tensor& mu, const at::Tensor& nu,
+    const c10::optional<at::Tensor>& param, int64_t count, double lr,
+    double b1, double b2, double eps, double eps_root, double weight_decay,
+    bool decoupled_weight_decay, bool maximize) {
+  METAFUSE_CALL_OP("adam", adam, grad, mu, nu, param, count, lr, b1, b2, eps,
+                   eps_root, weight_decay, decoupled_weight_decay, maximize);
+}
+
+std::tuple<TensorVec, TensorVec, TensorVec> adam_multi(
+    at::TensorList grads, at::TensorList mus, at::TensorList nus,
+    at::TensorList params, int64_t count, double lr, double b1, double b2,
+    double eps, double eps_root, double weight_decay,
+    bool decoupled_weight_decay, bool maximize) {
+  METAFUSE_CALL_OP("adam_multi", adam_multi, grads, mus, nus, params, count,
+                   lr, b1, b2, eps, eps_root, weight_decay,
+                   decoupled_weight_decay, maximize);
+}
+
+// Catch-all kernels: the autograd node is made inside (FusedStep), so the
+// ops work under every dispatch key the CPU build has.
+TORCH_LIBRARY_FRAGMENT(metafuse, m) {
+  using kernels::Adam;
+  m.def("adam(Tensor grad, Tensor mu, Tensor nu, Tensor? param=None, *, "
+        METAFUSE_ADAM_FAMILY_OPTIONS("0.001")
+        ") -> (Tensor update, Tensor mu, Tensor nu)",
+        TORCH_FN(kernels::AdamFamily::Single<Adam>));
+  m.def("adam_multi(Tensor[] grads, Tensor[] mus, Tensor[] nus, "
+        "Tensor[] params, *, " METAFUSE_ADAM_FAMILY_OPTIONS("0.001")
+        ") -> (Tensor[] updates, Tensor[] mus, Tensor[] nus)",
+        TORCH_FN(kernels::AdamFamily::Multi<Adam>));
+}
+
+}  // namespace metafuse

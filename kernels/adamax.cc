@@ -1,0 +1,140 @@
+// metafuse::adamax / adamax_multi: Adamax (infinity-norm Adam), fused, with
+// the exact closed-form backward (almost everywhere: at a tie of the max the
+// gradient goes to the decayed norm).
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "kernels/fused_step.h"
+#include "kernels/optimizers.h"
+
+namespace metafuse {
+namespace kernels {
+namespace {
+
+struct Adamax {
+  static constexpr const char* kName = "adamax";
+  static constexpr int kNumAux = 0;
+  static constexpr int kNumVariants = 1;
+  struct Hyper {
+    double count, lr, b1, b2, eps, weight_decay, maximize;
+  };
+  template <typename A>
+  using Coeffs = AdamaxCoeffs<A>;
+
+  static constexpr int NumStates(int) { return 2; }
+  static const char* StateName(int j) { return j == 0 ? "mus" : "inf_norms"; }
+  static int Variant(const Hyper&) { return 0; }
+  static bool UsesParam(const Hyper& h) { return h.weight_decay != 0.0; }
+  static double Step(const Hyper& h) {
+    return h.lr / (1.0 - std::pow(h.b1, h.count));
+  }
+
+  static void Check(const Hyper& h) {
+    CheckCount(kName, static_cast<int64_t>(h.count));
+    TORCH_CHECK(h.b1 >= 0.0 && h.b1 < 1.0 && h.b2 >= 0.0 && h.b2 < 1.0,
+                "metafuse::adamax: `b1` and `b2` must lie in [0, 1), got ",
+                h.b1, " and ", h.b2);
+    TORCH_CHECK(h.eps > 0.0, "metafuse::adamax: `eps` must be > 0, got ",
+                h.eps);
+  }
+
+  template <typename A>
+  static Coeffs<A> MakeCoeffs(const Hyper& h) {
+    Coeffs<A> c;
+    c.sign = static_cast<A>(SignOf(h.maximize));
+    c.l2 = static_cast<A>(h.weight_decay);
+    c.b1 = static_cast<A>(h.b1);
+    c.one_minus_b1 = static_cast<A>(1.0 - h.b1);
+    c.b2 = static_cast<A>(h.b2);
+    c.eps = static_cast<A>(h.eps);
+    c.step = static_cast<A>(Step(h));
+    return c;
+  }
+
+  template <typename A, int V>
+  static inline void Element(const Coeffs<A>& c, A g, A p, const A* s, A* u,
+                             A* so, A*) {
+    AdamaxElement<A>(c, g, p, s[0], s[1], u, &so[0], &so[1]);
+  }
+
+  // update = -K mu' / n', n' = max(b2 n, |ge| + eps):
+  //   G_mu' = grad_mu' - K gu / n',  G_n' = grad_n' + K gu mu' / n'^2
+  //   grad_mu = b1 G_mu',  grad_n = [b2 n wins] b2 G_n'
+  //   grad_ge = (1-b1) G_mu' + [|ge| + eps wins] sign(ge) G_n'
+  static std::vector<at::Tensor> Backward(const Hyper& h, int,
+                                          const SavedStep& s) {
+    const double k = Step(h);
+    const at::Tensor& mu_new = s.s_out[0];
+    const at::Tensor& n_new = s.s_out[1];
+    const at::Tensor ge = EffectiveGrad(s, SignOf(h.maximize), h.weight_decay);
+    const at::Tensor t = s.grad_u * k / n_new;
+    const at::Tensor g_mu = s.grad_s[0] - t;
+    const at::Tensor g_n = s.grad_s[1] + t * mu_new / n_new;
+    // Same comparison as the forward's fmax, on the saved inputs.
+    const at::Tensor decayed_wins = (s.s_in[1] * h.b2) >= (ge.abs() + h.eps);
+    const at::Tensor zero = at::zeros_like(g_n);
+    const at::Tensor grad_ge =
+        g_mu * (1.0 - h.b1) + at::where(decayed_wins, zero, g_n * ge.sign());
+    std::vector<at::Tensor> out = GradsFromEffective(
+        s, grad_ge, SignOf(h.maximize), h.weight_decay, 0.0);
+    out.push_back(g_mu * h.b1);
+    out.push_back(at::where(decayed_wins, g_n * h.b2, zero));
+    return out;
+  }
+};
+
+std::tuple<TensorVec, TensorVec, TensorVec> adamax_multi_impl(
+    at::TensorList grads, at::TensorList mus, at::TensorList inf_norms,
+    at::TensorList params, int64_t count, double lr, double b1, double b2,
+    double eps, double weight_decay, bool maximize) {
+  const Adamax::Hyper h{static_cast<double>(count), lr, b1, b2, eps,
+                        weight_decay, maximize ? 1.0 : 0.0};
+  StepOutputs out = FusedStep<Adamax>(h, grads, params, {mus, inf_norms});
+  return {out.updates, out.states[0], out.states[1]};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> adamax_impl(
+    const at::Tensor& grad, const at::Tensor& mu, const at::Tensor& inf_norm,
+    const c10::optional<at::Tensor>& param, int64_t count, double lr,
+    double b1, double b2, double eps, double weight_decay, bool maximize) {
+  auto [u, m, n] = adamax_multi_impl({grad}, {mu}, {inf_norm}, ListOf(param),
+                                     count, lr, b1, b2, eps, weight_decay,
+                                     maximize);
+  return {u[0], m[0], n[0]};
+}
+
+}  // namespace
+}  // namespace kernels
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> adamax(
+    const at::Tensor& grad, const at::Tensor& mu, const at::Tensor& inf_norm,
+    const c10::optional<at::Tensor>& param, int64_t count, double lr,
+    double b1, double b2, double eps, double weight_decay, bool maximize) {
+  METAFUSE_CALL_OP("adamax", adamax, grad, mu, inf_norm, param, count, lr, b1,
+                   b2, eps, weight_decay, maximize);
+}
+
+std::tuple<TensorVec, TensorVec, TensorVec> adamax_multi(
+    at::TensorList grads, at::TensorList mus, at::TensorList inf_norms,
+    at::TensorList params, int64_t count, double lr, double b1, double b2,
+    double eps, double weight_decay, bool maximize) {
+  METAFUSE_CALL_OP("adamax_multi", adamax_multi, grads, mus, inf_norms, params,
+                   count, lr, b1, b2, eps, weight_decay, maximize);
+}
+
+TORCH_LIBRARY_FRAGMENT(metafuse, m) {
+  m.def("adamax(Tensor grad, Tensor mu, Tensor inf_norm, Tensor? param=None, "
+        "*, int count, float lr=0.002, float b1=0.9, float b2=0.999, "
+        "float eps=1e-8, float weight_decay=0.0, bool maximize=False) "
+        "-> (Tensor update, Tensor mu, Tensor inf_norm)",
+        TORCH_FN(kernels::adamax_impl));
+  m.def("adamax_multi(Tensor[] grads, Tensor[] mus, Tensor[] inf_norms, "
+        "Tensor[] params, *, int count, float lr=0.002, float b1=0.9, "
+        "float b2=0.999, float eps=1e-8, float weight_decay=0.0, "
+        "bool maximize=False) -> (Tensor[] updates, Tensor[] mus, "
+        "Tensor[] inf_norms)",
+        TORCH_FN(kernels::adamax_multi_impl));
+}
+
+}  // namespace metafuse

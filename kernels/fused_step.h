@@ -1,0 +1,437 @@
+// The machinery every fused optimizer op shares (included by kernels/<opt>.cc
+// only): argument checks, the multi-tensor CPU forward (one parallel region
+// over the total element count, vectorized element loop), and one generic
+// torch::autograd::Function whose backward is each optimizer's closed form.
+//
+// An optimizer `Opt` supplies:
+//   struct Hyper                  all-double host scalars (saved in the ctx)
+//   kName, kNumAux, kNumVariants, StateName(j), NumStates(variant)
+//   Variant(h), UsesParam(h), Check(h)
+//   template <A> Coeffs<A> MakeCoeffs(h)
+//   template <A, V> Element(c, g, p, s_in[], &u, s_out[], aux[])
+//   Backward(h, variant, SavedStep) -> {grad_g, grad_p, grad_states...}
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
+
+#include <array>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/multi_tensor.h"
+#include "kernels/optim_math.h"
+
+// The element loops are compiled twice, for AVX2+FMA (x86-64-v3) and for the
+// baseline, and the loader picks one at run time (GCC function
+// multiversioning): a 256-bit hot loop where the CPU has it, a binary that
+// still runs where it does not.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MF_VECTORIZED_LOOP \
+  __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define MF_VECTORIZED_LOOP
+#endif
+
+namespace metafuse::kernels {
+
+constexpr int kMaxStates = 3;
+constexpr int kMaxAux = 2;
+
+// Element pointers of one tensor (or one segment of it).
+template <typename T>
+struct ChunkPtrs {
+  const T* g = nullptr;
+  const T* p = nullptr;
+  const T* s[kMaxStates] = {};
+  T* u = nullptr;
+  T* so[kMaxStates] = {};
+  T* aux[kMaxAux] = {};
+
+  ChunkPtrs Shift(int64_t off) const {
+    ChunkPtrs r = *this;
+    r.g += off;
+    if (r.p) r.p += off;
+    r.u += off;
+    for (int j = 0; j < kMaxStates; ++j) {
+      if (r.s[j]) r.s[j] += off;
+      if (r.so[j]) r.so[j] += off;
+    }
+    for (int x = 0; x < kMaxAux; ++x) {
+      if (r.aux[x]) r.aux[x] += off;
+    }
+    return r;
+  }
+};
+
+// The hot loop: no branch depends on the element (kParam/kAux/kVariant are
+// compile-time), so `omp simd` turns it into packed arithmetic.
+template <class Opt, typename T, bool kParam, bool kAux, int kVariant>
+MF_VECTORIZED_LOOP void ElementLoop(
+    const typename Opt::template Coeffs<at::opmath_type<T>> c,
+    const ChunkPtrs<T> ptr, int64_t n) {
+  using A = at::opmath_type<T>;
+  constexpr int S = Opt::NumStates(kVariant);
+  const T* __restrict__ g = ptr.g;
+  const T* __restrict__ p = ptr.p;
+  T* __restrict__ u = ptr.u;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    A s_in[kMaxStates] = {}, s_out[kMaxStates] = {}, aux[kMaxAux] = {}, upd;
+    for (int j = 0; j < S; ++j) s_in[j] = static_cast<A>(ptr.s[j][i]);
+    Opt::template Element<A, kVariant>(c, static_cast<A>(g[i]),
+                                       kParam ? static_cast<A>(p[i]) : A(0),
+                                       s_in, &upd, s_out, aux);
+    u[i] = static_cast<T>(upd);
+    for (int j = 0; j < S; ++j) ptr.so[j][i] = static_cast<T>(s_out[j]);
+    if (kAux) {
+      for (int x = 0; x < Opt::kNumAux; ++x) {
+        ptr.aux[x][i] = static_cast<T>(aux[x]);
+      }
+    }
+  }
+}
+
+template <class Opt, typename T, bool kParam, bool kAux, int V = 0>
+void RunVariant(int variant,
+                const typename Opt::template Coeffs<at::opmath_type<T>>& c,
+                const ChunkPtrs<T>& ptr, int64_t n) {
+  if constexpr (V < Opt::kNumVariants) {
+    if (variant == V) {
+      ElementLoop<Opt, T, kParam, kAux, V>(c, ptr, n);
+    } else {
+      RunVariant<Opt, T, kParam, kAux, V + 1>(variant, c, ptr, n);
+    }
+  }
+}
+
+// One list per role: grads[k], params[k] (empty list: no params),
+// states[j][k]. Outputs: updates[k], states[j][k], aux[x][k] (aux only when
+// `with_aux`: the autograd path saves them for the backward).
+struct StepOutputs {
+  std::vector<at::Tensor> updates;
+  std::vector<std::vector<at::Tensor>> states;
+  std::vector<std::vector<at::Tensor>> aux;
+};
+
+inline void CheckLike(const char* op, const char* role, size_t k,
+                      const at::Tensor& t, const at::Tensor& grad) {
+  TORCH_CHECK(t.defined(), "metafuse::", op, ": `", role, "` tensor ", k,
+              " is undefined (None)");
+  TORCH_CHECK(t.sizes() == grad.sizes(), "metafuse::", op, ": `", role,
+              "` tensor ", k, " must have the shape of its gradient ",
+              grad.sizes(), ", got ", t.sizes());
+  TORCH_CHECK(t.scalar_type() == grad.scalar_type(), "metafuse::", op, ": `",
+              role, "` tensor ", k, " must have the dtype of its gradient (",
+              grad.scalar_type(), "), got ", t.scalar_type());
+  TORCH_CHECK(t.device() == grad.device(), "metafuse::", op, ": `", role,
+              "` tensor ", k, " must be on the device of its gradient (",
+              grad.device(), "), got ", t.device());
+}
+
+template <class Opt>
+void CheckStepArgs(const typename Opt::Hyper& h, at::TensorList grads,
+                   at::TensorList params,
+                   const std::vector<at::TensorList>& states) {
+  Opt::Check(h);
+  const size_t K = grads.size();
+  const int S = Opt::NumStates(Opt::Variant(h));
+  TORCH_CHECK(static_cast<int>(states.size()) == S, "metafuse::", Opt::kName,
+              ": expected ", S, " state lists for these options, got ",
+              states.size());
+  for (int j = 0; j < S; ++j) {
+    TORCH_CHECK(states[j].size() == K, "metafuse::", Opt::kName, ": `",
+                Opt::StateName(j), "` must hold one tensor per gradient (",
+                K, "), got ", states[j].size());
+  }
+  TORCH_CHECK(params.empty() || params.size() == K, "metafuse::", Opt::kName,
+              ": `params` must be empty or hold one tensor per gradient (", K,
+              "), got ", params.size());
+  TORCH_CHECK(!Opt::UsesParam(h) || params.size() == K, "metafuse::",
+              Opt::kName,
+              ": weight_decay != 0 needs the parameters: pass `params`");
+  for (size_t k = 0; k < K; ++k) {
+    const at::Tensor& g = grads[k];
+    TORCH_CHECK(g.defined(), "metafuse::", Opt::kName, ": `grads` tensor ", k,
+                " is undefined (None)");
+    TORCH_CHECK(at::isFloatingType(g.scalar_type()), "metafuse::", Opt::kName,
+                ": expected floating-point tensors, `grads` tensor ", k,
+                " is ", g.scalar_type());
+    TORCH_CHECK(g.device().is_cpu(), "metafuse::", Opt::kName,
+                ": the torch operator runs on CPU tensors (this LibTorch is a "
+                "CPU build), `grads` tensor ", k, " is on ", g.device());
+    if (!params.empty()) CheckLike(Opt::kName, "params", k, params[k], g);
+    for (int j = 0; j < S; ++j) {
+      CheckLike(Opt::kName, Opt::StateName(j), k, states[j][k], g);
+    }
+  }
+}
+
+// The fused multi-tensor forward: every output written in one pass, one
+// at::parallel_for over all elements of all tensors.
+template <class Opt>
+StepOutputs FusedStepForward(const typename Opt::Hyper& h,
+                             at::TensorList grads, at::TensorList params,
+                             const std::vector<at::TensorList>& states,
+                             bool with_aux) {
+  CheckStepArgs<Opt>(h, grads, params, states);
+  const int variant = Opt::Variant(h);
+  const int S = Opt::NumStates(variant);
+  const bool use_param = Opt::UsesParam(h);
+  const size_t K = grads.size();
+  StepOutputs out;
+  out.states.resize(S);
+  if (with_aux) out.aux.resize(Opt::kNumAux);
+  std::vector<at::Tensor> g(K), p(use_param ? K : 0);
+  std::vector<std::vector<at::Tensor>> s(S, std::vector<at::Tensor>(K));
+  std::vector<int64_t> sizes(K);
+  for (size_t k = 0; k < K; ++k) {
+    g[k] = grads[k].contiguous();
+    if (use_param) p[k] = params[k].contiguous();
+    for (int j = 0; j < S; ++j) s[j][k] = states[j][k].contiguous();
+    sizes[k] = g[k].numel();
+    out.updates.push_back(at::empty_like(g[k], at::MemoryFormat::Contiguous));
+    for (int j = 0; j < S; ++j) out.states[j].push_back(at::empty_like(out.updates[k]));
+    for (auto& a : out.aux) a.push_back(at::empty_like(out.updates[k]));
+  }
+  if (K == 0) return out;
+  const std::vector<int64_t> offsets = SegmentOffsets(sizes);
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, g[0].scalar_type(), Opt::kName, [&] {
+        using A = at::opmath_type<scalar_t>;
+        const auto coeffs = Opt::template MakeCoeffs<A>(h);
+        std::vector<ChunkPtrs<scalar_t>> ptrs(K);
+        for (size_t k = 0; k < K; ++k) {
+          auto& q = ptrs[k];
+          q.g = g[k].data_ptr<scalar_t>();
+          if (use_param) q.p = p[k].data_ptr<scalar_t>();
+          q.u = out.updates[k].data_ptr<scalar_t>();
+          for (int j = 0; j < S; ++j) {
+            q.s[j] = s[j][k].data_ptr<scalar_t>();
+            q.so[j] = out.states[j][k].data_ptr<scalar_t>();
+          }
+          for (size_t x = 0; x < out.aux.size(); ++x) {
+            q.aux[x] = out.aux[x][k].data_ptr<scalar_t>();
+          }
+        }
+        at::parallel_for(
+            0, offsets.back(), at::internal::GRAIN_SIZE,
+            [&](int64_t begin, int64_t end) {
+              ForEachSegment(offsets, begin, end,
+                             [&](int64_t k, int64_t lo, int64_t hi) {
+                const ChunkPtrs<scalar_t> q = ptrs[k].Shift(lo);
+                if (use_param && with_aux) {
+                  RunVariant<Opt, scalar_t, true, true>(variant, coeffs, q, hi - lo);
+                } else if (use_param) {
+                  RunVariant<Opt, scalar_t, true, false>(variant, coeffs, q, hi - lo);
+                } else if (with_aux) {
+                  RunVariant<Opt, scalar_t, false, true>(variant, coeffs, q, hi - lo);
+                } else {
+                  RunVariant<Opt, scalar_t, false, false>(variant, coeffs, q, hi - lo);
+                }
+              });
+            });
+      });
+  return out;
+}
+
+// What the closed-form backward of one tensor sees. Undefined grad_* means
+// zero (that output was not used); `p` is undefined without weight decay.
+struct SavedStep {
+  at::Tensor g, p;
+  std::vector<at::Tensor> s_in, s_out, aux;
+  at::Tensor grad_u;
+  std::vector<at::Tensor> grad_s, grad_aux;
+};
+
+// a + b where an undefined tensor is zero.
+inline at::Tensor AddOpt(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  return a + b;
+}
+
+// The effective gradient ge = sign * g + l2 * p, rebuilt in ATen ops so that
+// the backward stays differentiable in g and p.
+inline at::Tensor EffectiveGrad(const SavedStep& s, double sign, double l2) {
+  at::Tensor ge = sign == 1.0 ? s.g : s.g * sign;
+  if (l2 != 0.0) ge = ge + s.p * l2;
+  return ge;
+}
+
+// {grad_g, grad_p} from the gradient w.r.t. ge = sign * g + l2 * p and the
+// decoupled weight-decay term update -= decoupled * p.
+inline std::vector<at::Tensor> GradsFromEffective(const SavedStep& s,
+                                                  const at::Tensor& grad_ge,
+                                                  double sign, double l2,
+                                                  double decoupled) {
+  at::Tensor grad_g = sign == 1.0 ? grad_ge : grad_ge * sign;
+  at::Tensor grad_p;
+  if (s.p.defined()) {
+    grad_p = grad_ge * l2;
+    if (decoupled != 0.0) grad_p = grad_p - s.grad_u * decoupled;
+  }
+  return {grad_g, grad_p};
+}
+
+template <class Hyper>
+std::vector<double> HyperToVector(const Hyper& h) {
+  static_assert(sizeof(Hyper) % sizeof(double) == 0, "Hyper: doubles only");
+  std::vector<double> v(sizeof(Hyper) / sizeof(double));
+  std::memcpy(v.data(), &h, sizeof(Hyper));
+  return v;
+}
+
+template <class Hyper>
+Hyper HyperFromVector(const std::vector<double>& v) {
+  Hyper h;
+  std::memcpy(&h, v.data(), sizeof(Hyper));
+  return h;
+}
+
+// Forward = the fused kernel (with aux); backward = Opt::Backward in ATen
+// ops on saved inputs, outputs and aux. The aux outputs are outputs of this
+// node, so when the backward is differentiated again the gradient reaching
+// them comes back here: every order is exact.
+template <class Opt>
+class FusedStepFunction
+    : public torch::autograd::Function<FusedStepFunction<Opt>> {
+ public:
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx, at::TensorList grads,
+      at::TensorList params, at::TensorList states_flat,
+      std::vector<double> hyper) {
+    const auto h = HyperFromVector<typename Opt::Hyper>(hyper);
+    const size_t K = grads.size();
+    const int S = Opt::NumStates(Opt::Variant(h));
+    std::vector<at::TensorList> states;
+    for (int j = 0; j < S; ++j) states.push_back(states_flat.slice(j * K, K));
+    StepOutputs out = FusedStepForward<Opt>(h, grads, params, states, true);
+    torch::autograd::variable_list flat(out.updates);
+    for (auto& l : out.states) flat.insert(flat.end(), l.begin(), l.end());
+    for (auto& l : out.aux) flat.insert(flat.end(), l.begin(), l.end());
+    torch::autograd::variable_list to_save(grads.begin(), grads.end());
+    to_save.insert(to_save.end(), params.begin(), params.end());
+    to_save.insert(to_save.end(), states_flat.begin(), states_flat.end());
+    to_save.insert(to_save.end(), flat.begin() + K, flat.end());
+    ctx->save_for_backward(to_save);
+    ctx->saved_data["hyper"] = hyper;
+    ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
+    ctx->set_materialize_grads(false);
+    return flat;
+  }
+
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* ctx,
+      torch::autograd::variable_list grad_outputs) {
+    const auto h = HyperFromVector<typename Opt::Hyper>(
+        ctx->saved_data["hyper"].toDoubleVector());
+    const int variant = Opt::Variant(h);
+    const int S = Opt::NumStates(variant);
+    const int X = Opt::kNumAux;
+    const size_t P = ctx->saved_data["num_params"].toInt();
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const size_t K = grad_outputs.size() / (1 + S + X);
+    torch::autograd::variable_list grad_g(K), grad_p(P), grad_s(S * K);
+    for (size_t k = 0; k < K; ++k) {
+      SavedStep st;
+      st.g = saved[k];
+      if (P) st.p = saved[K + k];
+      size_t base = K + P;
+      for (int j = 0; j < S; ++j) st.s_in.push_back(saved[base + j * K + k]);
+      base += S * K;
+      for (int j = 0; j < S; ++j) st.s_out.push_back(saved[base + j * K + k]);
+      base += S * K;
+      for (int x = 0; x < X; ++x) st.aux.push_back(saved[base + x * K + k]);
+      st.grad_u = grad_outputs[k];
+      for (int j = 0; j < S; ++j) st.grad_s.push_back(grad_outputs[(1 + j) * K + k]);
+      for (int x = 0; x < X; ++x) {
+        st.grad_aux.push_back(grad_outputs[(1 + S + x) * K + k]);
+      }
+      bool any = st.grad_u.defined();
+      for (auto& t : st.grad_s) any = any || t.defined();
+      for (auto& t : st.grad_aux) any = any || t.defined();
+      if (!any) continue;  // nothing flows into this tensor's step
+      if (!st.grad_u.defined()) st.grad_u = at::zeros_like(st.g);
+      for (auto& t : st.grad_s) {
+        if (!t.defined()) t = at::zeros_like(st.g);
+      }
+      std::vector<at::Tensor> r = Opt::Backward(h, variant, st);
+      grad_g[k] = r[0];
+      if (P) grad_p[k] = r[1];
+      for (int j = 0; j < S; ++j) grad_s[j * K + k] = r[2 + j];
+    }
+    torch::autograd::variable_list result(grad_g);
+    result.insert(result.end(), grad_p.begin(), grad_p.end());
+    result.insert(result.end(), grad_s.begin(), grad_s.end());
+    result.emplace_back();  // hyper
+    return result;
+  }
+};
+
+// The entry point every op uses: fused forward, and the autograd node only
+// when a gradient is wanted (no aux buffers otherwise).
+template <class Opt>
+StepOutputs FusedStep(const typename Opt::Hyper& h, at::TensorList grads,
+                      at::TensorList params,
+                      const std::vector<at::TensorList>& states) {
+  bool needs_grad = false;
+  if (at::GradMode::is_enabled()) {
+    for (const auto& t : grads) needs_grad |= t.defined() && t.requires_grad();
+    for (const auto& t : params) needs_grad |= t.defined() && t.requires_grad();
+    for (const auto& l : states) {
+      for (const auto& t : l) needs_grad |= t.defined() && t.requires_grad();
+    }
+  }
+  if (!needs_grad) return FusedStepForward<Opt>(h, grads, params, states, false);
+  CheckStepArgs<Opt>(h, grads, params, states);
+  std::vector<at::Tensor> states_flat;
+  for (const auto& l : states) states_flat.insert(states_flat.end(), l.begin(), l.end());
+  // Without weight decay the params take no part; leave them out of the graph.
+  const at::TensorList used_params =
+      Opt::UsesParam(h) ? params : at::TensorList();
+  torch::autograd::variable_list flat = FusedStepFunction<Opt>::apply(
+      grads, used_params, at::TensorList(states_flat), HyperToVector(h));
+  const size_t K = grads.size();
+  const int S = static_cast<int>(states.size());
+  StepOutputs out;
+  out.updates.assign(flat.begin(), flat.begin() + K);
+  for (int j = 0; j < S; ++j) {
+    out.states.emplace_back(flat.begin() + (1 + j) * K,
+                            flat.begin() + (2 + j) * K);
+  }
+  return out;
+}
+
+// The single-tensor ops are the multi-tensor ones on lists of one.
+inline std::vector<at::Tensor> ListOf(const c10::optional<at::Tensor>& t) {
+  if (t.has_value() && t->defined()) return {*t};
+  return {};
+}
+
+inline at::Tensor FirstOrUndefined(const std::vector<at::Tensor>& l) {
+  return l.empty() ? at::Tensor() : l[0];
+}
+
+inline double SignOf(bool maximize) { return maximize ? -1.0 : 1.0; }
+
+inline void CheckCount(const char* op, int64_t count) {
+  TORCH_CHECK(count >= 1, "metafuse::", op,
+              ": `count` is the step number after this step and must be >= 1, "
+              "got ", count);
+}
+
+}  // namespace metafuse::kernels
+
+// Calls the registered operator `metafuse::NAME` (signature of FN) through
+// the dispatcher, so C++ callers see exactly what Python and TorchScript see.
+#define METAFUSE_CALL_OP(NAME, FN, ...)                              \
+  static auto op = c10::Dispatcher::singleton()                      \
+                       .findSchemaOrThrow("metafuse::" NAME, "")     \
+                       .typed<decltype(FN)>();                       \
+  return op.call(__VA_ARGS__)

@@ -1,0 +1,179 @@
+// The per-element math of metafuse's fused optimizer steps, shared by the CPU
+// kernels (kernels/*.cc) and the CUDA kernels (kernels/cuda/*.cu). Torch-free
+// on purpose: nvcc compiles it without ATen headers.
+//
+// Conventions, identical for every optimizer:
+//   * an op returns the UPDATE and the new state; the caller applies
+//     new_param = param + update (Optax/TorchOpt style, sign included);
+//   * ge = sign * grad + l2 * param is the effective gradient
+//     (sign = -1 when maximizing; l2 = weight_decay for coupled decay);
+//   * `aux` outputs are saved intermediates (square roots) that the
+//     closed-form backward reuses instead of recomputing them.
+// Coefficients are precomputed on the host from the step count, so the
+// element functions hold no branches and vectorize.
+#pragma once
+
+#include <cmath>
+
+#if defined(__CUDACC__)
+#define MF_HD __host__ __device__ __forceinline__
+#else
+#define MF_HD inline __attribute__((always_inline))
+#endif
+
+namespace metafuse::kernels {
+
+// Adam / AdamW.
+//   mu' = b1 mu + (1-b1) ge,  nu' = b2 nu + (1-b2) ge^2
+//   r = sqrt(nu' / bc2 + eps_root)
+//   update = -(lr / bc1) mu' / (r + eps) - lr * wd_decoupled * param
+template <typename A>
+struct AdamCoeffs {
+  A sign, l2, b1, one_minus_b1, b2, one_minus_b2, inv_bc2, eps_root, eps,
+      step, decoupled;  // step = lr / bc1, decoupled = lr * wd
+};
+
+template <typename A>
+MF_HD void AdamElement(const AdamCoeffs<A>& c, A g, A p, A mu, A nu, A* update,
+                       A* mu_out, A* nu_out, A* root) {
+  const A ge = c.sign * g + c.l2 * p;
+  const A m = c.b1 * mu + c.one_minus_b1 * ge;
+  const A v = c.b2 * nu + c.one_minus_b2 * ge * ge;
+  const A r = std::sqrt(v * c.inv_bc2 + c.eps_root);
+  *update = -c.step * m / (r + c.eps) - c.decoupled * p;
+  *mu_out = m;
+  *nu_out = v;
+  *root = r;
+}
+
+// SGD with momentum (torch.optim numbers: the first step stores ge itself).
+//   buf' = keep * buf + take * ge
+//   update = -lr * (nest_g * ge + nest_b * buf')
+// (nest_g, nest_b) = (1, momentum) with Nesterov, (0, 1) without; without
+// momentum buf' is not formed and update = -lr * ge.
+template <typename A>
+struct SgdCoeffs {
+  A sign, l2, keep, take, nest_g, nest_b, lr;
+};
+
+template <typename A>
+MF_HD void SgdElement(const SgdCoeffs<A>& c, A g, A p, A buf, A* update,
+                      A* buf_out) {
+  const A ge = c.sign * g + c.l2 * p;
+  const A b = c.keep * buf + c.take * ge;
+  *update = -c.lr * (c.nest_g * ge + c.nest_b * b);
+  *buf_out = b;
+}
+
+// RMSProp (torch.optim; eps_root inside the root as in Optax, default 0).
+//   sq' = a sq + (1-a) ge^2,  ga' = a ga + (1-a) ge   (centered only)
+//   r = sqrt(sq' - centered * ga'^2 + eps_root),  q = ge / (r + eps)
+//   buf' = momentum * buf + q,  update = -lr * buf'   (q itself without momentum)
+template <typename A>
+struct RmsPropCoeffs {
+  A sign, l2, alpha, one_minus_alpha, centered, eps_root, eps, momentum, lr;
+};
+
+template <typename A>
+MF_HD void RmsPropElement(const RmsPropCoeffs<A>& c, A g, A p, A sq, A ga,
+                          A buf, A* update, A* sq_out, A* ga_out, A* buf_out,
+                          A* root) {
+  const A ge = c.sign * g + c.l2 * p;
+  const A s = c.alpha * sq + c.one_minus_alpha * ge * ge;
+  const A a = c.alpha * ga + c.one_minus_alpha * ge;
+  const A r = std::sqrt(s - c.centered * a * a + c.eps_root);
+  const A b = c.momentum * buf + ge / (r + c.eps);
+  *update = -c.lr * b;
+  *sq_out = s;
+  *ga_out = a;
+  *buf_out = b;
+  *root = r;
+}
+
+// Adagrad (torch.optim; clr = lr / (1 + (count-1) lr_decay)).
+//   ss' = ss + ge^2,  r = sqrt(ss' + eps_root),  update = -clr ge / (r + eps)
+template <typename A>
+struct AdagradCoeffs {
+  A sign, l2, eps_root, eps, clr;
+};
+
+template <typename A>
+MF_HD void AdagradElement(const AdagradCoeffs<A>& c, A g, A p, A ss,
+                          A* update, A* ss_out, A* root) {
+  const A ge = c.sign * g + c.l2 * p;
+  const A s = ss + ge * ge;
+  const A r = std::sqrt(s + c.eps_root);
+  *update = -c.clr * ge / (r + c.eps);
+  *ss_out = s;
+  *root = r;
+}
+
+// Adamax (torch.optim).
+//   mu' = b1 mu + (1-b1) ge,  u' = max(b2 u, |ge| + eps)
+//   update = -(lr / bc1) mu' / u'
+template <typename A>
+struct AdamaxCoeffs {
+  A sign, l2, b1, one_minus_b1, b2, eps, step;
+};
+
+template <typename A>
+MF_HD void AdamaxElement(const AdamaxCoeffs<A>& c, A g, A p, A mu, A inf,
+                         A* update, A* mu_out, A* inf_out) {
+  const A ge = c.sign * g + c.l2 * p;
+  const A m = c.b1 * mu + c.one_minus_b1 * ge;
+  const A u = std::fmax(c.b2 * inf, std::fabs(ge) + c.eps);
+  *update = -c.step * m / u;
+  *mu_out = m;
+  *inf_out = u;
+}
+
+// Adadelta (torch.optim).
+//   sq' = rho sq + (1-rho) ge^2,  r1 = sqrt(sq' + eps),  r2 = sqrt(acc + eps)
+//   delta = r2 / r1 * ge,  acc' = rho acc + (1-rho) delta^2,  update = -lr delta
+template <typename A>
+struct AdadeltaCoeffs {
+  A sign, l2, rho, one_minus_rho, eps, lr;
+};
+
+template <typename A>
+MF_HD void AdadeltaElement(const AdadeltaCoeffs<A>& c, A g, A p, A sq, A acc,
+                           A* update, A* sq_out, A* acc_out, A* root_sq,
+                           A* root_acc) {
+  const A ge = c.sign * g + c.l2 * p;
+  const A s = c.rho * sq + c.one_minus_rho * ge * ge;
+  const A r1 = std::sqrt(s + c.eps);
+  const A r2 = std::sqrt(acc + c.eps);
+  const A delta = r2 / r1 * ge;
+  *update = -c.lr * delta;
+  *sq_out = s;
+  *acc_out = c.rho * acc + c.one_minus_rho * delta * delta;
+  *root_sq = r1;
+  *root_acc = r2;
+}
+
+// RAdam (torch.optim). With rho_t > 5 the step is rectified:
+//   update = -K mu' / (r + eps) - lr wd_decoupled param,  r = sqrt(nu' + eps_root),
+//   K = lr * rect * sqrt(bc2) / bc1;  otherwise update = -(lr / bc1) mu' - ...
+// `rectified` (0 or 1) blends the two without a branch.
+template <typename A>
+struct RAdamCoeffs {
+  A sign, l2, b1, one_minus_b1, b2, one_minus_b2, eps_root, eps, rect_step,
+      plain_step, rectified, decoupled;
+};
+
+template <typename A>
+MF_HD void RAdamElement(const RAdamCoeffs<A>& c, A g, A p, A mu, A nu,
+                        A* update, A* mu_out, A* nu_out, A* root) {
+  const A ge = c.sign * g + c.l2 * p;
+  const A m = c.b1 * mu + c.one_minus_b1 * ge;
+  const A v = c.b2 * nu + c.one_minus_b2 * ge * ge;
+  const A r = std::sqrt(v + c.eps_root);
+  const A scale = c.rectified * c.rect_step / (r + c.eps) +
+                  (A(1) - c.rectified) * c.plain_step;
+  *update = -scale * m - c.decoupled * p;
+  *mu_out = m;
+  *nu_out = v;
+  *root = r;
+}
+
+}  // namespace metafuse::kernels

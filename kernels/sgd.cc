@@ -1,0 +1,158 @@
+// metafuse::sgd / sgd_multi: SGD with momentum, dampening, Nesterov and
+// weight decay, fused, with the exact closed-form backward.
+#include <torch/library.h>
+
+#include "kernels/fused_step.h"
+#include "kernels/optimizers.h"
+
+namespace metafuse {
+namespace kernels {
+namespace {
+
+struct Sgd {
+  static constexpr const char* kName = "sgd";
+  static constexpr int kNumAux = 0;
+  static constexpr int kNumVariants = 2;  // 0: no momentum, 1: momentum
+  struct Hyper {
+    double count, lr, momentum, dampening, nesterov, weight_decay, maximize;
+  };
+  template <typename A>
+  using Coeffs = SgdCoeffs<A>;
+
+  static constexpr int NumStates(int variant) { return variant; }
+  static const char* StateName(int) { return "momentum_buffers"; }
+  static int Variant(const Hyper& h) { return h.momentum != 0.0 ? 1 : 0; }
+  static bool UsesParam(const Hyper& h) { return h.weight_decay != 0.0; }
+  // torch.optim stores the plain gradient on the first step.
+  static double Keep(const Hyper& h) { return h.count == 1 ? 0.0 : h.momentum; }
+  static double Take(const Hyper& h) {
+    return h.count == 1 ? 1.0 : 1.0 - h.dampening;
+  }
+  static double NestG(const Hyper& h) { return h.nesterov ? 1.0 : 0.0; }
+  static double NestB(const Hyper& h) { return h.nesterov ? h.momentum : 1.0; }
+
+  static void Check(const Hyper& h) {
+    CheckCount(kName, static_cast<int64_t>(h.count));
+    TORCH_CHECK(h.momentum >= 0.0,
+                "metafuse::sgd: `momentum` must be >= 0, got ", h.momentum);
+    TORCH_CHECK(!h.nesterov || (h.momentum > 0.0 && h.dampening == 0.0),
+                "metafuse::sgd: `nesterov` needs momentum > 0 and "
+                "dampening = 0, got momentum ", h.momentum, " and dampening ",
+                h.dampening);
+  }
+
+  template <typename A>
+  static Coeffs<A> MakeCoeffs(const Hyper& h) {
+    Coeffs<A> c;
+    c.sign = static_cast<A>(SignOf(h.maximize));
+    c.l2 = static_cast<A>(h.weight_decay);
+    c.keep = static_cast<A>(Keep(h));
+    c.take = static_cast<A>(Take(h));
+    c.nest_g = static_cast<A>(Variant(h) == 1 ? NestG(h) : 1.0);
+    c.nest_b = static_cast<A>(Variant(h) == 1 ? NestB(h) : 0.0);
+    c.lr = static_cast<A>(h.lr);
+    return c;
+  }
+
+  template <typename A, int V>
+  static inline void Element(const Coeffs<A>& c, A g, A p, const A* s, A* u,
+                             A* so, A*) {
+    A buf_out;
+    SgdElement<A>(c, g, p, V == 1 ? s[0] : A(0), u, &buf_out);
+    if (V == 1) so[0] = buf_out;
+  }
+
+  // update = -lr (nest_g ge + nest_b buf'), buf' = keep buf + take ge:
+  //   G_buf' = grad_buf' - lr nest_b gu
+  //   grad_buf = keep G_buf',  grad_ge = take G_buf' - lr nest_g gu
+  static std::vector<at::Tensor> Backward(const Hyper& h, int variant,
+                                          const SavedStep& s) {
+    at::Tensor grad_ge;
+    at::Tensor grad_buf;
+    if (variant == 0) {
+      grad_ge = s.grad_u * -h.lr;
+    } else {
+      const at::Tensor g_buf = s.grad_s[0] - s.grad_u * (h.lr * NestB(h));
+      grad_buf = g_buf * Keep(h);
+      grad_ge = g_buf * Take(h);
+      if (h.nesterov) grad_ge = grad_ge - s.grad_u * h.lr;
+    }
+    std::vector<at::Tensor> out = GradsFromEffective(
+        s, grad_ge, SignOf(h.maximize), h.weight_decay, 0.0);
+    if (variant == 1) out.push_back(grad_buf);
+    return out;
+  }
+};
+
+Sgd::Hyper MakeHyper(int64_t count, double lr, double momentum,
+                     double dampening, bool nesterov, double weight_decay,
+                     bool maximize) {
+  return {static_cast<double>(count), lr, momentum, dampening,
+          nesterov ? 1.0 : 0.0, weight_decay, maximize ? 1.0 : 0.0};
+}
+
+std::tuple<TensorVec, TensorVec> sgd_multi_impl(
+    at::TensorList grads, at::TensorList momentum_buffers,
+    at::TensorList params, int64_t count, double lr, double momentum,
+    double dampening, bool nesterov, double weight_decay, bool maximize) {
+  const Sgd::Hyper h = MakeHyper(count, lr, momentum, dampening, nesterov,
+                                 weight_decay, maximize);
+  std::vector<at::TensorList> states;
+  if (Sgd::Variant(h) == 1) {
+    states.push_back(momentum_buffers);
+  } else {
+    TORCH_CHECK(momentum_buffers.empty(),
+                "metafuse::sgd: without momentum there is no momentum buffer; "
+                "pass an empty `momentum_buffers` (None), got ",
+                momentum_buffers.size(), " tensor(s)");
+  }
+  StepOutputs out = FusedStep<Sgd>(h, grads, params, states);
+  return {out.updates, out.states.empty() ? TensorVec() : out.states[0]};
+}
+
+std::tuple<at::Tensor, at::Tensor> sgd_impl(
+    const at::Tensor& grad, const c10::optional<at::Tensor>& momentum_buffer,
+    const c10::optional<at::Tensor>& param, int64_t count, double lr,
+    double momentum, double dampening, bool nesterov, double weight_decay,
+    bool maximize) {
+  auto [u, b] = sgd_multi_impl({grad}, ListOf(momentum_buffer), ListOf(param),
+                               count, lr, momentum, dampening, nesterov,
+                               weight_decay, maximize);
+  return {u[0], FirstOrUndefined(b)};
+}
+
+}  // namespace
+}  // namespace kernels
+
+std::tuple<at::Tensor, at::Tensor> sgd(
+    const at::Tensor& grad, const c10::optional<at::Tensor>& momentum_buffer,
+    const c10::optional<at::Tensor>& param, int64_t count, double lr,
+    double momentum, double dampening, bool nesterov, double weight_decay,
+    bool maximize) {
+  METAFUSE_CALL_OP("sgd", sgd, grad, momentum_buffer, param, count, lr,
+                   momentum, dampening, nesterov, weight_decay, maximize);
+}
+
+std::tuple<TensorVec, TensorVec> sgd_multi(
+    at::TensorList grads, at::TensorList momentum_buffers,
+    at::TensorList params, int64_t count, double lr, double momentum,
+    double dampening, bool nesterov, double weight_decay, bool maximize) {
+  METAFUSE_CALL_OP("sgd_multi", sgd_multi, grads, momentum_buffers, params,
+                   count, lr, momentum, dampening, nesterov, weight_decay,
+                   maximize);
+}
+
+TORCH_LIBRARY_FRAGMENT(metafuse, m) {
+  m.def("sgd(Tensor grad, Tensor? momentum_buffer=None, Tensor? param=None, "
+        "*, int count, float lr, float momentum=0.0, float dampening=0.0, "
+        "bool nesterov=False, float weight_decay=0.0, bool maximize=False) "
+        "-> (Tensor update, Tensor momentum_buffer)",
+        TORCH_FN(kernels::sgd_impl));
+  m.def("sgd_multi(Tensor[] grads, Tensor[] momentum_buffers, "
+        "Tensor[] params, *, int count, float lr, float momentum=0.0, "
+        "float dampening=0.0, bool nesterov=False, float weight_decay=0.0, "
+        "bool maximize=False) -> (Tensor[] updates, Tensor[] momentum_buffers)",
+        TORCH_FN(kernels::sgd_multi_impl));
+}
+
+}  // namespace metafuse
