@@ -7,6 +7,7 @@
 #include "kernels/ema_update.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/llvm_jit.h"
+#include "tree/python/bindings.h"
 
 namespace py = pybind11;
 
@@ -42,6 +43,7 @@ py::tuple CudaStatus() {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "metafuse C++ core (operators, runtime)";
   metafuse::optim::BindOptim(m);
+  metafuse::tree::BindTree(m);
   m.def("build_info", &BuildInfo,
         "Versions and optional features of this metafuse build.");
   m.def("cuda_status", &CudaStatus,

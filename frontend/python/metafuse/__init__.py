@@ -17,6 +17,7 @@ except ImportError as exc:  # pragma: no cover - only without a build
     ) from exc
 
 from metafuse import ops
+from metafuse import tree
 from metafuse.ops import ema_update
 
 __version__ = "0.1.0"
@@ -32,4 +33,4 @@ def cuda_status():
     return _C.cuda_status()
 
 
-__all__ = ["build_info", "cuda_status", "ema_update", "ops"]
+__all__ = ["build_info", "cuda_status", "ema_update", "ops", "tree"]
