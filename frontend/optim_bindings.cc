@@ -153,8 +153,9 @@ void BindOptim(py::module_& parent) {
   // Aliases (keyword arguments mirror torch.optim; betas split in Python).
   m.def("sgd", [](const py::object& lr, double momentum, double dampening,
                   double weight_decay, bool nesterov, bool maximize,
-                  bool moment_requires_grad) {
+                  bool moment_requires_grad, bool fused) {
     SgdOptions o;
+    o.fused = fused;
     o.lr = ToLearningRate(lr);
     o.momentum = momentum;
     o.dampening = dampening;
@@ -180,20 +181,24 @@ void BindOptim(py::module_& parent) {
   };
   m.def("adam", [adam_options](const py::object& lr, double b1, double b2,
                                double eps, double eps_root, double wd,
-                               bool maximize, bool mrg) {
-    return Adam(adam_options(lr, b1, b2, eps, eps_root, wd, maximize, mrg));
+                               bool maximize, bool mrg, bool fused) {
+    AdamOptions o = adam_options(lr, b1, b2, eps, eps_root, wd, maximize, mrg);
+    o.fused = fused;
+    return Adam(o);
   });
   m.def("adamw", [adam_options](const py::object& lr, double b1, double b2,
                                 double eps, double eps_root, double wd,
                                 bool maximize, bool mrg,
-                                std::vector<bool> mask) {
+                                std::vector<bool> mask, bool fused) {
     AdamOptions o = adam_options(lr, b1, b2, eps, eps_root, wd, maximize, mrg);
+    o.fused = fused;
     o.weight_decay_mask = std::move(mask);
     return AdamW(o);
   });
   m.def("adamax", [](const py::object& lr, double b1, double b2, double eps,
-                     double wd, bool maximize, bool mrg) {
+                     double wd, bool maximize, bool mrg, bool fused) {
     AdamaxOptions o;
+    o.fused = fused;
     o.lr = ToLearningRate(lr);
     o.b1 = b1;
     o.b2 = b2;
@@ -204,8 +209,9 @@ void BindOptim(py::module_& parent) {
     return Adamax(o);
   });
   m.def("radam", [](const py::object& lr, double b1, double b2, double eps,
-                    double wd, bool maximize, bool mrg) {
+                    double wd, bool maximize, bool mrg, bool fused) {
     RAdamOptions o;
+    o.fused = fused;
     o.lr = ToLearningRate(lr);
     o.b1 = b1;
     o.b2 = b2;
@@ -216,8 +222,9 @@ void BindOptim(py::module_& parent) {
     return RAdam(o);
   });
   m.def("adadelta", [](const py::object& lr, double rho, double eps, double wd,
-                       bool maximize, bool mrg) {
+                       bool maximize, bool mrg, bool fused) {
     AdadeltaOptions o;
+    o.fused = fused;
     o.lr = ToLearningRate(lr);
     o.rho = rho;
     o.eps = eps;
@@ -228,8 +235,9 @@ void BindOptim(py::module_& parent) {
   });
   m.def("adagrad", [](const py::object& lr, double lr_decay, double wd,
                       double initial_accumulator_value, double eps,
-                      bool maximize) {
+                      bool maximize, bool fused) {
     AdagradOptions o;
+    o.fused = fused;
     o.lr = ToLearningRate(lr);
     o.lr_decay = lr_decay;
     o.weight_decay = wd;
@@ -240,8 +248,9 @@ void BindOptim(py::module_& parent) {
   });
   m.def("rmsprop", [](const py::object& lr, double alpha, double eps,
                       double wd, double momentum, bool centered, bool maximize,
-                      bool mrg) {
+                      bool mrg, bool fused) {
     RmsPropOptions o;
+    o.fused = fused;
     o.lr = ToLearningRate(lr);
     o.alpha = alpha;
     o.eps = eps;

@@ -1,5 +1,7 @@
 #include "metafuse/optim/alias.h"
 
+#include "metafuse/optim/fused_transforms.h"
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -44,6 +46,11 @@ TransformPtr ScaleByLearningRate(const LearningRate& lr, bool flip) {
 }
 
 TransformPtr Sgd(const SgdOptions& o) {
+  if (o.fused) {
+    auto unfused = o;
+    unfused.fused = false;
+    return FusedSgd(unfused);
+  }
   TransformPtr momentum;
   if (o.momentum != 0.0) {
     momentum = Trace(o.momentum, o.dampening, o.nesterov,
@@ -56,6 +63,11 @@ TransformPtr Sgd(const SgdOptions& o) {
 }
 
 TransformPtr Adam(const AdamOptions& o) {
+  if (o.fused) {
+    auto unfused = o;
+    unfused.fused = false;
+    return FusedAdam(unfused, /*decoupled_weight_decay=*/false);
+  }
   return WithSignAndRate(
       o.maximize,
       {CoupledDecay(o.weight_decay),
@@ -64,6 +76,11 @@ TransformPtr Adam(const AdamOptions& o) {
 }
 
 TransformPtr AdamW(AdamOptions o) {
+  if (o.fused) {
+    auto unfused = o;
+    unfused.fused = false;
+    return FusedAdam(unfused, /*decoupled_weight_decay=*/true);
+  }
   // Decoupled decay: applied to the preconditioned update, scaled by lr
   // together with it (torch.optim.AdamW: p *= 1 - lr * wd).
   TransformPtr decay =
@@ -78,6 +95,11 @@ TransformPtr AdamW(AdamOptions o) {
 }
 
 TransformPtr Adamax(const AdamaxOptions& o) {
+  if (o.fused) {
+    auto unfused = o;
+    unfused.fused = false;
+    return FusedAdamax(unfused);
+  }
   return WithSignAndRate(
       o.maximize,
       {CoupledDecay(o.weight_decay),
@@ -86,6 +108,11 @@ TransformPtr Adamax(const AdamaxOptions& o) {
 }
 
 TransformPtr RAdam(const RAdamOptions& o) {
+  if (o.fused) {
+    auto unfused = o;
+    unfused.fused = false;
+    return FusedRAdam(unfused);
+  }
   return WithSignAndRate(
       o.maximize,
       {CoupledDecay(o.weight_decay),
@@ -94,6 +121,11 @@ TransformPtr RAdam(const RAdamOptions& o) {
 }
 
 TransformPtr Adadelta(const AdadeltaOptions& o) {
+  if (o.fused) {
+    auto unfused = o;
+    unfused.fused = false;
+    return FusedAdadelta(unfused);
+  }
   return WithSignAndRate(
       o.maximize,
       {CoupledDecay(o.weight_decay),
@@ -102,6 +134,11 @@ TransformPtr Adadelta(const AdadeltaOptions& o) {
 }
 
 TransformPtr Adagrad(const AdagradOptions& o) {
+  if (o.fused) {
+    auto unfused = o;
+    unfused.fused = false;
+    return FusedAdagrad(unfused);
+  }
   TORCH_CHECK(o.lr_decay >= 0.0, "`lr_decay` must be >= 0, got ", o.lr_decay);
   LearningRate lr = o.lr;
   if (o.lr_decay != 0.0) {
@@ -120,6 +157,11 @@ TransformPtr Adagrad(const AdagradOptions& o) {
 }
 
 TransformPtr RmsProp(const RmsPropOptions& o) {
+  if (o.fused) {
+    auto unfused = o;
+    unfused.fused = false;
+    return FusedRmsProp(unfused);
+  }
   TransformPtr precondition = o.centered ? ScaleByStddev(o.alpha, o.eps, 0.0)
                                          : ScaleByRms(o.alpha, o.eps, 0.0);
   TransformPtr momentum =

@@ -19,39 +19,46 @@ struct SgdOptions {
   LearningRate lr = 1e-3;
   double momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false, maximize = false, moment_requires_grad = false;
+  bool fused = false;  // one multi-tensor kernel from kernels/ per update
 };
 struct AdamOptions {
   LearningRate lr = 1e-3;
   double b1 = 0.9, b2 = 0.999, eps = 1e-8, eps_root = 0.0, weight_decay = 0.0;
   bool maximize = false, moment_requires_grad = false;
   std::vector<bool> weight_decay_mask;  // AdamW only; empty: every leaf
+  bool fused = false;
 };
 struct AdamaxOptions {
   LearningRate lr = 2e-3;
   double b1 = 0.9, b2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   bool maximize = false, moment_requires_grad = false;
+  bool fused = false;
 };
 struct RAdamOptions {
   LearningRate lr = 1e-3;
   double b1 = 0.9, b2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   double threshold = 5.0;
   bool maximize = false, moment_requires_grad = false;
+  bool fused = false;
 };
 struct AdadeltaOptions {
   LearningRate lr = 1.0;
   double rho = 0.9, eps = 1e-6, weight_decay = 0.0;
   bool maximize = false, moment_requires_grad = false;
+  bool fused = false;
 };
 struct AdagradOptions {
   LearningRate lr = 1e-2;
   double lr_decay = 0.0, weight_decay = 0.0, initial_accumulator_value = 0.0;
   double eps = 1e-10;
   bool maximize = false;
+  bool fused = false;
 };
 struct RmsPropOptions {
   LearningRate lr = 1e-2;
   double alpha = 0.99, eps = 1e-8, weight_decay = 0.0, momentum = 0.0;
   bool centered = false, maximize = false, moment_requires_grad = false;
+  bool fused = false;
 };
 
 TransformPtr Sgd(const SgdOptions& o);

@@ -20,6 +20,20 @@ from metafuse import ops
 from metafuse import tree
 from metafuse.ops import ema_update
 
+# The differentiable-optimizer API (functional, torch.optim-style, meta).
+from metafuse import alias, hook, schedule, transform, utils
+from metafuse.alias import (adadelta, adagrad, adam, adamax, adamw, radam,
+                            rmsprop, sgd)
+from metafuse.base import (GradientTransformation, apply_updates, chain,
+                           identity)
+from metafuse.optim import (SGD, Adadelta, Adagrad, Adam, Adamax, AdamW,
+                            FuncOptimizer, MetaAdadelta, MetaAdagrad,
+                            MetaAdam, MetaAdamax, MetaAdamW, MetaOptimizer,
+                            MetaRAdam, MetaRMSProp, MetaSGD, Optimizer, RAdam,
+                            RMSProp)
+from metafuse.utils import (extract_state_dict, module_clone,
+                            recover_state_dict, stop_gradient)
+
 __version__ = "0.1.0"
 
 
@@ -33,4 +47,17 @@ def cuda_status():
     return _C.cuda_status()
 
 
-__all__ = ["build_info", "cuda_status", "ema_update", "ops", "tree"]
+__all__ = [
+    "build_info", "cuda_status", "ema_update", "ops", "tree",
+    "alias", "hook", "schedule", "transform", "utils",
+    "GradientTransformation", "apply_updates", "chain", "identity",
+    "sgd", "adam", "adamw", "adamax", "adadelta", "adagrad", "radam",
+    "rmsprop",
+    "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Adadelta", "Adagrad",
+    "RAdam", "RMSProp",
+    "MetaOptimizer", "MetaSGD", "MetaAdam", "MetaAdamW", "MetaAdamax",
+    "MetaAdadelta", "MetaAdagrad", "MetaRAdam", "MetaRMSProp",
+    "FuncOptimizer",
+    "extract_state_dict", "recover_state_dict", "stop_gradient",
+    "module_clone",
+]

@@ -1,5 +1,7 @@
 """The optimizers users name, as GradientTransformations (TorchOpt/Optax
-style). Defaults and update rules follow torch.optim, so that
+style). ``fused=True`` runs each update as one multi-tensor kernel from
+kernels/ (same numbers, exact closed-form backward) instead of a chain of
+transforms. Defaults and update rules follow torch.optim, so that
 ``metafuse.adam(lr)`` and ``torch.optim.Adam(lr=lr)`` give the same numbers.
 
 ``lr`` may be a number, a tensor (a learned, differentiable rate) or a
@@ -33,7 +35,7 @@ def _lr(lr):
 
 
 def sgd(lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, *,
-        moment_requires_grad=False, maximize=False):
+        moment_requires_grad=False, maximize=False, fused=False):
     """Stochastic gradient descent (torch.optim.SGD)."""
     if nesterov and (momentum <= 0 or dampening != 0):
         raise ValueError("nesterov momentum needs `momentum` > 0 and "
@@ -42,11 +44,12 @@ def sgd(lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, *,
         _lr(lr), _number(momentum, "momentum", 0.0, 1.0),
         _number(dampening, "dampening", 0.0, 1.0),
         _number(weight_decay, "weight_decay", 0.0), bool(nesterov),
-        bool(maximize), bool(moment_requires_grad)))
+        bool(maximize), bool(moment_requires_grad), bool(fused)))
 
 
 def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
-         eps_root=0.0, moment_requires_grad=False, maximize=False):
+         eps_root=0.0, moment_requires_grad=False, maximize=False,
+         fused=False):
     """Adam (torch.optim.Adam); ``eps_root`` > 0 keeps meta-gradients finite
     where the second moment is zero."""
     b1, b2 = _betas(betas)
@@ -54,11 +57,12 @@ def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
         _lr(lr), b1, b2, _number(eps, "eps", 0.0),
         _number(eps_root, "eps_root", 0.0),
         _number(weight_decay, "weight_decay", 0.0), bool(maximize),
-        bool(moment_requires_grad)))
+        bool(moment_requires_grad), bool(fused)))
 
 
 def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
-          eps_root=0.0, mask=None, moment_requires_grad=False, maximize=False):
+          eps_root=0.0, mask=None, moment_requires_grad=False, maximize=False,
+          fused=False):
     """AdamW (torch.optim.AdamW): decoupled weight decay, optionally only on
     the leaves where ``mask`` (a bool pytree, or a callable of the params)
     is True."""
@@ -68,54 +72,56 @@ def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
             _number(weight_decay, "weight_decay", 0.0), bool(maximize),
             bool(moment_requires_grad))
     if mask is None:
-        return GradientTransformation(_core.adamw(*args, []))
-    return _MaskedByTree(lambda m: _core.adamw(*args, m), mask)
+        return GradientTransformation(_core.adamw(*args, [], bool(fused)))
+    return _MaskedByTree(lambda m: _core.adamw(*args, m, bool(fused)), mask)
 
 
 def adamax(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
-           moment_requires_grad=False, maximize=False):
+           moment_requires_grad=False, maximize=False, fused=False):
     """Adamax (torch.optim.Adamax)."""
     b1, b2 = _betas(betas)
     return GradientTransformation(_core.adamax(
         _lr(lr), b1, b2, _number(eps, "eps", 0.0),
         _number(weight_decay, "weight_decay", 0.0), bool(maximize),
-        bool(moment_requires_grad)))
+        bool(moment_requires_grad), bool(fused)))
 
 
 def radam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
-          moment_requires_grad=False, maximize=False):
+          moment_requires_grad=False, maximize=False, fused=False):
     """RAdam (torch.optim.RAdam)."""
     b1, b2 = _betas(betas)
     return GradientTransformation(_core.radam(
         _lr(lr), b1, b2, _number(eps, "eps", 0.0),
         _number(weight_decay, "weight_decay", 0.0), bool(maximize),
-        bool(moment_requires_grad)))
+        bool(moment_requires_grad), bool(fused)))
 
 
 def adadelta(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, *,
-             moment_requires_grad=False, maximize=False):
+             moment_requires_grad=False, maximize=False, fused=False):
     """Adadelta (torch.optim.Adadelta)."""
     return GradientTransformation(_core.adadelta(
         _lr(lr), _number(rho, "rho", 0.0, 1.0), _number(eps, "eps", 0.0),
         _number(weight_decay, "weight_decay", 0.0), bool(maximize),
-        bool(moment_requires_grad)))
+        bool(moment_requires_grad), bool(fused)))
 
 
 def adagrad(lr=1e-2, lr_decay=0.0, weight_decay=0.0,
-            initial_accumulator_value=0.0, eps=1e-10, *, maximize=False):
+            initial_accumulator_value=0.0, eps=1e-10, *, maximize=False,
+            fused=False):
     """Adagrad (torch.optim.Adagrad)."""
     return GradientTransformation(_core.adagrad(
         _lr(lr), _number(lr_decay, "lr_decay", 0.0),
         _number(weight_decay, "weight_decay", 0.0),
         _number(initial_accumulator_value, "initial_accumulator_value", 0.0),
-        _number(eps, "eps", 0.0), bool(maximize)))
+        _number(eps, "eps", 0.0), bool(maximize), bool(fused)))
 
 
 def rmsprop(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
-            centered=False, *, moment_requires_grad=False, maximize=False):
+            centered=False, *, moment_requires_grad=False, maximize=False,
+            fused=False):
     """RMSProp (torch.optim.RMSprop), plain or centered, with momentum."""
     return GradientTransformation(_core.rmsprop(
         _lr(lr), _number(alpha, "alpha", 0.0, 1.0), _number(eps, "eps", 0.0),
         _number(weight_decay, "weight_decay", 0.0),
         _number(momentum, "momentum", 0.0, 1.0), bool(centered),
-        bool(maximize), bool(moment_requires_grad)))
+        bool(maximize), bool(moment_requires_grad), bool(fused)))

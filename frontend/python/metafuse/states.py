@@ -25,6 +25,13 @@ ScaleByStddevState = namedtuple("ScaleByStddevState", ["mu", "nu"])
 ScaleByRssState = namedtuple("ScaleByRssState", ["sum_of_squares"])
 ScaleByScheduleState = namedtuple("ScaleByScheduleState", ["count"])
 TraceState = namedtuple("TraceState", ["trace", "count"])
+# States of the fused optimizers (fused=True) that the chains do not have.
+FusedAdagradState = namedtuple("FusedAdagradState", ["sum_of_squares", "count"])
+RMSPropState = namedtuple("RMSPropState", ["nu"])
+CenteredRMSPropState = namedtuple("CenteredRMSPropState", ["nu", "mu"])
+MomentumRMSPropState = namedtuple("MomentumRMSPropState", ["nu", "trace"])
+CenteredMomentumRMSPropState = namedtuple("CenteredMomentumRMSPropState",
+                                          ["nu", "mu", "trace"])
 # The inner state of `masked` covers only the selected leaves: its
 # per-parameter fields are tuples over those leaves, in leaf order.
 MaskedState = namedtuple("MaskedState", ["inner_state"])
@@ -34,7 +41,9 @@ _STATE_TYPES = {
     for cls in (EmptyState, ScaleByAdamState, ScaleByAdamaxState,
                 ScaleByRAdamState, ScaleByAdadeltaState, ScaleByRmsState,
                 ScaleByStddevState, ScaleByRssState, ScaleByScheduleState,
-                TraceState, MaskedState)
+                TraceState, MaskedState, FusedAdagradState, RMSPropState,
+                CenteredRMSPropState, MomentumRMSPropState,
+                CenteredMomentumRMSPropState)
 }
 
 
