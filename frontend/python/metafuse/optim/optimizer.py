@@ -5,6 +5,8 @@ add_param_group and torch.optim.lr_scheduler work as usual; the update of
 each group is one call into C++ over the group's flat parameter list.
 """
 
+import inspect
+
 import torch
 
 from metafuse import states as _states
@@ -17,12 +19,14 @@ class Optimizer(torch.optim.Optimizer):
 
     def __init__(self, params, alias_fn, defaults):
         self._alias_fn = alias_fn
+        # Group keys the alias understands; schedulers add others (initial_lr).
+        self._alias_keys = frozenset(inspect.signature(alias_fn).parameters)
         self._transforms = {}  # hyperparameter key -> C++ transformation
         self._group_states = []  # raw C++ state per param group
         super().__init__(params, defaults)
 
     def _transform(self, group):
-        hyper = {k: v for k, v in group.items() if k != "params"}
+        hyper = {k: v for k, v in group.items() if k in self._alias_keys}
         key = tuple(sorted((k, _hashable(v)) for k, v in hyper.items()))
         tx = self._transforms.get(key)
         if tx is None:
