@@ -17,19 +17,9 @@ struct Adam : AdamFamily {
 
   template <typename A>
   static Coeffs<A> MakeCoeffs(const Hyper& h) {
-    Coeffs<A> c;
-    c.sign = static_cast<A>(Sign(h));
-    c.l2 = static_cast<A>(L2(h));
-    c.b1 = static_cast<A>(h.b1);
-    c.one_minus_b1 = static_cast<A>(1.0 - h.b1);
-    c.b2 = static_cast<A>(h.b2);
-    c.one_minus_b2 = static_cast<A>(1.0 - h.b2);
-    c.inv_bc2 = static_cast<A>(1.0 / Bc2(h));
-    c.eps_root = static_cast<A>(h.eps_root);
-    c.eps = static_cast<A>(h.eps);
-    c.step = static_cast<A>(h.lr / Bc1(h));
-    c.decoupled = static_cast<A>(Decoupled(h));
-    return c;
+    return MakeAdamCoeffs<A>(static_cast<int64_t>(h.count), h.lr, h.b1,
+                             h.b2, h.eps, h.eps_root, h.weight_decay,
+                             h.decoupled != 0.0, h.maximize != 0.0);
   }
 
   template <typename A, int V>

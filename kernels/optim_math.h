@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #if defined(__CUDACC__)
 #define MF_HD __host__ __device__ __forceinline__
@@ -32,6 +33,29 @@ struct AdamCoeffs {
   A sign, l2, b1, one_minus_b1, b2, one_minus_b2, inv_bc2, eps_root, eps,
       step, decoupled;  // step = lr / bc1, decoupled = lr * wd
 };
+
+// Host side: Adam's coefficients for step `count` (>= 1) of the options.
+template <typename A>
+inline AdamCoeffs<A> MakeAdamCoeffs(int64_t count, double lr, double b1,
+                                    double b2, double eps, double eps_root,
+                                    double weight_decay, bool decoupled,
+                                    bool maximize) {
+  const double bc1 = 1.0 - std::pow(b1, static_cast<double>(count));
+  const double bc2 = 1.0 - std::pow(b2, static_cast<double>(count));
+  AdamCoeffs<A> c;
+  c.sign = static_cast<A>(maximize ? -1.0 : 1.0);
+  c.l2 = static_cast<A>(decoupled ? 0.0 : weight_decay);
+  c.b1 = static_cast<A>(b1);
+  c.one_minus_b1 = static_cast<A>(1.0 - b1);
+  c.b2 = static_cast<A>(b2);
+  c.one_minus_b2 = static_cast<A>(1.0 - b2);
+  c.inv_bc2 = static_cast<A>(1.0 / bc2);
+  c.eps_root = static_cast<A>(eps_root);
+  c.eps = static_cast<A>(eps);
+  c.step = static_cast<A>(lr / bc1);
+  c.decoupled = static_cast<A>(decoupled ? lr * weight_decay : 0.0);
+  return c;
+}
 
 template <typename A>
 MF_HD void AdamElement(const AdamCoeffs<A>& c, A g, A p, A mu, A nu, A* update,

@@ -1,0 +1,40 @@
+// Fused Adam/AdamW forward on CUDA, torch-free (raw device pointers and a
+// cudaStream_t): Debian's LibTorch is a CPU build, so these kernels are not
+// registered as torch CUDA kernels; the runtime and the compiler call them.
+// The math is kernels/optim_math.h's AdamElement, the same as on the CPU.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/optim_math.h"
+
+namespace metafuse::kernels::cuda {
+
+// One tensor of a multi-tensor step: inputs (param may be null when
+// coefficients l2 and decoupled are 0) and outputs, all n elements long.
+template <typename T>
+struct AdamTensor {
+  const T* grad = nullptr;
+  const T* param = nullptr;
+  const T* mu = nullptr;
+  const T* nu = nullptr;
+  T* update = nullptr;
+  T* mu_out = nullptr;
+  T* nu_out = nullptr;
+  int64_t n = 0;
+};
+
+// Updates all `num_tensors` tensors on `stream`: one launch per batch of up
+// to kTensorsPerLaunch tensors, each launch parallel over the batch's total
+// element count. Every launch is checked; the first failure is returned
+// (cudaSuccess otherwise) and `failed_launch` says which batch failed.
+constexpr int kTensorsPerLaunch = 32;
+
+template <typename T>
+cudaError_t AdamMultiForward(const AdamCoeffs<T>& coeffs,
+                             const AdamTensor<T>* tensors, int num_tensors,
+                             cudaStream_t stream, int* failed_launch);
+
+}  // namespace metafuse::kernels::cuda
