@@ -14,12 +14,17 @@ namespace metafuse::tree {
 
 namespace {
 
-// Path segments ("[0]", "['w']") of the node being visited, for messages.
-using Path = std::vector<std::string>;
+// The keys and indices leading to the node being visited.
+using Path = std::vector<Literal>;
 
+// tree[0]['w']
 std::string PathString(const Path& path) {
-  return absl::StrCat("tree", absl::StrJoin(path, ""));
+  std::string out = "tree";
+  for (const Literal& segment : path) absl::StrAppend(&out, "[", LiteralRepr(segment), "]");
+  return out;
 }
+
+Literal Index(size_t i) { return Literal::Int(static_cast<int64_t>(i)); }
 
 absl::StatusOr<Literal> KeyToLiteral(const c10::IValue& key) {
   if (key.isString()) return Literal::String(key.toStringRef());
@@ -80,7 +85,8 @@ absl::Status TooDeep(const Path& path) {
 
 class Flattener {
  public:
-  explicit Flattener(bool none_is_leaf) : none_is_leaf_(none_is_leaf) {}
+  Flattener(bool none_is_leaf, bool with_paths)
+      : none_is_leaf_(none_is_leaf), with_paths_(with_paths) {}
 
   absl::Status Walk(const c10::IValue& v) {
     if (path_.size() > static_cast<size_t>(kMaxDepth)) return TooDeep(path_);
@@ -89,13 +95,13 @@ class Flattener {
     } else if (v.isTuple()) {
       const auto& elements = v.toTupleRef().elements();
       for (size_t i = 0; i < elements.size(); ++i) {
-        if (auto s = Child(absl::StrCat("[", i, "]"), elements[i]); !s.ok()) return s;
+        if (auto s = Child(Index(i), elements[i]); !s.ok()) return s;
       }
       AppendNode(&nodes_, NodeKind::kTuple, elements.size(), nullptr);
     } else if (v.isList()) {
       c10::List<c10::IValue> list = v.toList();
       for (size_t i = 0; i < list.size(); ++i) {
-        if (auto s = Child(absl::StrCat("[", i, "]"), list.get(i)); !s.ok()) return s;
+        if (auto s = Child(Index(i), list.get(i)); !s.ok()) return s;
       }
       AppendNode(&nodes_, NodeKind::kList, list.size(), nullptr);
     } else if (v.isGenericDict()) {
@@ -103,7 +109,7 @@ class Flattener {
       if (!entries.ok()) return entries.status();
       std::vector<Literal> keys;
       for (const auto& [key, value] : *entries) {
-        if (auto s = Child(absl::StrCat("[", LiteralRepr(key), "]"), value); !s.ok()) {
+        if (auto s = Child(key, value); !s.ok()) {
           return s;
         }
         keys.push_back(key);
@@ -116,7 +122,7 @@ class Flattener {
       Literal context;
       std::vector<c10::IValue> children = def->flatten(v, &context);
       for (size_t i = 0; i < children.size(); ++i) {
-        if (auto s = Child(absl::StrCat("[", i, "]"), children[i]); !s.ok()) return s;
+        if (auto s = Child(Index(i), children[i]); !s.ok()) return s;
       }
       std::vector<Literal> values = {std::move(context)};
       AppendNode(&nodes_, NodeKind::kCustom, children.size(),
@@ -125,6 +131,7 @@ class Flattener {
     } else {
       AppendNode(&nodes_, NodeKind::kLeaf, 0, nullptr);
       leaves_.push_back(v);
+      if (with_paths_) paths_.push_back(path_);
     }
     return absl::OkStatus();
   }
@@ -132,11 +139,12 @@ class Flattener {
   FlatIValue Finish() {
     return FlatIValue{std::move(leaves_),
                       std::make_shared<const TreeSpec>(std::move(nodes_),
-                                                       none_is_leaf_, "")};
+                                                       none_is_leaf_, ""),
+                      std::move(paths_)};
   }
 
  private:
-  absl::Status Child(std::string segment, const c10::IValue& child) {
+  absl::Status Child(Literal segment, const c10::IValue& child) {
     path_.push_back(std::move(segment));
     absl::Status s = Walk(child);
     path_.pop_back();
@@ -144,8 +152,10 @@ class Flattener {
   }
 
   bool none_is_leaf_;
+  bool with_paths_;
   std::vector<Node> nodes_;
   std::vector<c10::IValue> leaves_;
+  std::vector<Path> paths_;
   Path path_;
 };
 
@@ -188,7 +198,7 @@ class Matcher {
     const bool none_is_leaf = spec_.none_is_leaf();
     bool ok = false;
     std::vector<c10::IValue> children;
-    std::vector<std::string> segments;
+    std::vector<Literal> segments;
     switch (node.kind) {
       case NodeKind::kLeaf:
         ok = Describe(v, none_is_leaf).rfind("a leaf", 0) == 0;
@@ -214,7 +224,7 @@ class Matcher {
             break;
           }
           children.push_back(it->value());
-          segments.push_back(absl::StrCat("[", LiteralRepr(key), "]"));
+          segments.push_back(key);
         }
         break;
       }
@@ -237,7 +247,7 @@ class Matcher {
     }
     std::vector<int> child_index = spec_.ChildIndices(index);
     for (size_t i = 0; i < children.size(); ++i) {
-      path_.push_back(segments.empty() ? absl::StrCat("[", i, "]") : segments[i]);
+      path_.push_back(segments.empty() ? Index(i) : segments[i]);
       absl::Status s = Walk(child_index[i], children[i]);
       path_.pop_back();
       if (!s.ok()) return s;
@@ -304,7 +314,14 @@ absl::Status MatchingTensors(const c10::IValue& a, const c10::IValue& b,
 }  // namespace
 
 absl::StatusOr<FlatIValue> Flatten(const c10::IValue& tree, bool none_is_leaf) {
-  Flattener flattener(none_is_leaf);
+  Flattener flattener(none_is_leaf, /*with_paths=*/false);
+  if (absl::Status s = flattener.Walk(tree); !s.ok()) return s;
+  return flattener.Finish();
+}
+
+absl::StatusOr<FlatIValue> FlattenWithPath(const c10::IValue& tree,
+                                           bool none_is_leaf) {
+  Flattener flattener(none_is_leaf, /*with_paths=*/true);
   if (absl::Status s = flattener.Walk(tree); !s.ok()) return s;
   return flattener.Finish();
 }
@@ -387,28 +404,58 @@ absl::StatusOr<TreeSpecPtr> Structure(const c10::IValue& tree,
   return flat->spec;
 }
 
+namespace {
+
+// The first tree's spec and every tree's leaves, the others checked against it.
+absl::Status MatchAll(const std::vector<c10::IValue>& trees, bool none_is_leaf,
+                      const char* what, TreeSpecPtr* spec,
+                      std::vector<std::vector<c10::IValue>>* all) {
+  if (trees.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no trees given"));
+  auto first = Flatten(trees[0], none_is_leaf);
+  if (!first.ok()) return first.status();
+  *spec = first->spec;
+  all->push_back(std::move(first->leaves));
+  for (size_t t = 1; t < trees.size(); ++t) {
+    auto leaves = FlattenAs(**spec, trees[t]);
+    if (!leaves.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": tree ", t, " does not match tree 0: ", leaves.status().message()));
+    }
+    all->push_back(*std::move(leaves));
+  }
+  return absl::OkStatus();
+}
+
+// Calls visit(i, args) with the i-th leaf of every tree.
+template <typename Visit>
+void ForEachLeaf(const std::vector<std::vector<c10::IValue>>& all, Visit visit) {
+  std::vector<c10::IValue> args(all.size());
+  for (size_t i = 0; i < all[0].size(); ++i) {
+    for (size_t t = 0; t < all.size(); ++t) args[t] = all[t][i];
+    visit(args);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<c10::IValue> Map(const IValueMapFn& fn,
                                 const std::vector<c10::IValue>& trees,
                                 bool none_is_leaf) {
-  if (trees.empty()) return absl::InvalidArgumentError("Map: no trees given");
-  auto first = Flatten(trees[0], none_is_leaf);
-  if (!first.ok()) return first.status();
-  std::vector<std::vector<c10::IValue>> all = {std::move(first->leaves)};
-  for (size_t t = 1; t < trees.size(); ++t) {
-    auto leaves = FlattenAs(*first->spec, trees[t]);
-    if (!leaves.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Map: tree ", t, " does not match tree 0: ", leaves.status().message()));
-    }
-    all.push_back(*std::move(leaves));
-  }
+  TreeSpecPtr spec;
+  std::vector<std::vector<c10::IValue>> all;
+  if (auto s = MatchAll(trees, none_is_leaf, "Map", &spec, &all); !s.ok()) return s;
   std::vector<c10::IValue> results;
-  std::vector<c10::IValue> args(trees.size());
-  for (size_t i = 0; i < all[0].size(); ++i) {
-    for (size_t t = 0; t < trees.size(); ++t) args[t] = all[t][i];
-    results.push_back(fn(args));
-  }
-  return Unflatten(*first->spec, std::move(results));
+  ForEachLeaf(all, [&](const std::vector<c10::IValue>& args) { results.push_back(fn(args)); });
+  return Unflatten(*spec, std::move(results));
+}
+
+absl::Status MapInplace(const IValueVisitFn& fn, const std::vector<c10::IValue>& trees,
+                        bool none_is_leaf) {
+  TreeSpecPtr spec;
+  std::vector<std::vector<c10::IValue>> all;
+  if (auto s = MatchAll(trees, none_is_leaf, "MapInplace", &spec, &all); !s.ok()) return s;
+  ForEachLeaf(all, fn);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<c10::IValue> Add(const c10::IValue& a, const c10::IValue& b,

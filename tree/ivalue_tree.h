@@ -19,10 +19,14 @@ namespace metafuse::tree {
 struct FlatIValue {
   std::vector<c10::IValue> leaves;
   TreeSpecPtr spec;
+  // FlattenWithPath only: per leaf, the dict keys and indices leading to it.
+  std::vector<std::vector<Literal>> paths;
 };
 
 absl::StatusOr<FlatIValue> Flatten(const c10::IValue& tree,
                                    bool none_is_leaf = false);
+absl::StatusOr<FlatIValue> FlattenWithPath(const c10::IValue& tree,
+                                           bool none_is_leaf = false);
 // The leaves of `tree`, after checking that it has exactly `spec`'s shape.
 absl::StatusOr<std::vector<c10::IValue>> FlattenAs(const TreeSpec& spec,
                                                    const c10::IValue& tree);
@@ -40,6 +44,10 @@ using IValueMapFn =
 absl::StatusOr<c10::IValue> Map(const IValueMapFn& fn,
                                 const std::vector<c10::IValue>& trees,
                                 bool none_is_leaf = false);
+// The same walk for the effect (e.g. in-place tensor updates).
+using IValueVisitFn = std::function<void(const std::vector<c10::IValue>& leaves)>;
+absl::Status MapInplace(const IValueVisitFn& fn, const std::vector<c10::IValue>& trees,
+                        bool none_is_leaf = false);
 
 // Arithmetic over matching trees whose leaves are all tensors.
 absl::StatusOr<c10::IValue> Add(const c10::IValue& a, const c10::IValue& b,

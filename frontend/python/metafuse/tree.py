@@ -63,7 +63,8 @@ def flatten_as(spec, tree, is_leaf=None):
     structure (ValueError naming the first differing path otherwise). No new
     spec is built: this is the fast path for trees of a known shape."""
     _check_spec(spec, "flatten_as")
-    _check(is_leaf, False, "")
+    if is_leaf is not None:
+        _check(is_leaf, False, "")
     return _C.flatten_as(spec, tree, is_leaf)
 
 

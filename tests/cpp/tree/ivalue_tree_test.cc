@@ -87,6 +87,27 @@ TEST(IValueTree, MapIsNaryAndChecksStructure) {
   EXPECT_NE(bad.status().message().find("a list of 1 items"), std::string::npos);
 }
 
+TEST(IValueTree, PathsAndInplaceMap) {
+  auto flat = FlattenWithPath(Example());
+  ASSERT_TRUE(flat.ok());
+  ASSERT_EQ(flat->paths.size(), 4u);
+  EXPECT_EQ(flat->paths[2], (std::vector<Literal>{Literal::String("b"), Literal::Int(2),
+                                                  Literal::Int(1)}));
+  EXPECT_EQ(flat->paths[3], std::vector<Literal>{Literal::String("w")});
+  c10::IValue tree = Example();
+  int visited = 0;
+  ASSERT_TRUE(MapInplace(
+                  [&](const std::vector<c10::IValue>& x) {
+                    ++visited;
+                    if (x[0].isTensor()) x[0].toTensor().add_(1);
+                  },
+                  {tree})
+                  .ok());
+  EXPECT_EQ(visited, 4);
+  EXPECT_TRUE((*Leaves(tree))[3].toTensor().equal(torch::full({2}, 2.0)));
+  EXPECT_FALSE(MapInplace([](const std::vector<c10::IValue>&) {}, {tree, c10::IValue(1)}).ok());
+}
+
 TEST(IValueTree, FlattenAsReportsWhatEachSideHas) {
   auto spec = *Structure(Example());
   auto status = FlattenAs(*spec, Dict({{"w", torch::ones({2})}})).status();
