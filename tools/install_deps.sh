@@ -10,7 +10,7 @@ PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   llvm-14-dev                # ORC LLJIT for CPU code generation
   pybind11-dev python3-pybind11 python3-dev
-  python3-pytest python3-numpy
+  python3-pytest python3-numpy python3-matplotlib
   graphviz
   libgloo-dev libtensorpipe-dev  # torch.distributed backends
   zlib1g-dev libzstd-dev libtinfo-dev libxml2-dev libffi-dev libedit-dev  # what llvm-config --system-libs names
