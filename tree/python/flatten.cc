@@ -119,6 +119,10 @@ class Flattener {
   }
 
   void WalkCustom(PyObject* obj, const PyNodeDef& def) {
+    // Copied first: flatten_fn may unregister `def` while it runs.
+    auto data = std::make_shared<PyNodeData>();
+    data->type = def.type;
+    data->unflatten_fn = def.unflatten_fn;
     CustomChildren flat = CallFlatten(def, obj);
     const Py_ssize_t n = PyTuple_GET_SIZE(flat.children.ptr());
     const bool has_entries = !flat.entries.is_none();
@@ -131,10 +135,7 @@ class Flattener {
       Walk(PyTuple_GET_ITEM(flat.children.ptr(), i));
       path_.Pop();
     }
-    auto data = std::make_shared<PyNodeData>();
-    data->type = def.type;
     data->context = std::move(flat.context);
-    data->unflatten_fn = def.unflatten_fn;
     data->entries = std::move(flat.entries);
     AppendNode(&nodes, NodeKind::kCustom, static_cast<int32_t>(n), std::move(data));
   }

@@ -108,12 +108,14 @@ NodeKind ClassifyNode(PyObject* obj, const WalkOptions& options,
 namespace metafuse::tree::python {
 
 CustomChildren CallFlatten(const PyNodeDef& def, PyObject* obj) {
-  PyObject* raw = PyObject_CallOneArg(def.flatten_fn.ptr(), obj);
+  // Held locally: the call may run code that unregisters `def`.
+  py::object type = def.type, flatten_fn = def.flatten_fn;
+  PyObject* raw = PyObject_CallOneArg(flatten_fn.ptr(), obj);
   if (raw == nullptr) RethrowPythonError();
   py::object result = py::reinterpret_steal<py::object>(raw);
   auto bad = [&](const std::string& why) {
     Raise(PyExc_TypeError,
-          "the flatten_fn registered for " + Repr(def.type.ptr()) + " returned " +
+          "the flatten_fn registered for " + Repr(type.ptr()) + " returned " +
               Repr(result.ptr()) + "; expected (children, context) or "
               "(children, context, entries)" + why);
   };

@@ -180,3 +180,19 @@ def test_structure_cache_returns_the_identical_spec():
     assert info["hits"] == 1 and info["misses"] == 1
     c = mt.structure({"w": [1], "b": 3})  # a different shape: a miss
     assert c != a and mt.cache_info()["misses"] == 2
+
+
+def test_flatten_fn_may_unregister_its_own_class():
+    class Once:
+        def __init__(self, x):
+            self.x = x
+
+    def flatten_fn(obj):
+        mt.unregister_node(Once)
+        return (obj.x,), None
+
+    mt.register_node(Once, flatten_fn, lambda ctx, c: Once(*c))
+    leaves, spec = mt.flatten([Once(1)])
+    assert leaves == [1]
+    assert mt.unflatten(spec, [2])[0].x == 2  # the spec keeps its unflatten_fn
+    assert mt.leaves([Once(3)])[0].x == 3  # now a leaf
