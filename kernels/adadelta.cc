@@ -47,10 +47,9 @@ struct Adadelta {
   }
 
   template <typename A, int V>
-  static inline void Element(const Coeffs<A>& c, A g, A p, const A* s, A* u,
-                             A* so, A* aux) {
-    AdadeltaElement<A>(c, g, p, s[0], s[1], u, &so[0], &so[1], &aux[0],
-                       &aux[1]);
+  static inline void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A s2,
+                             A* u, A* o0, A* o1, A* o2, A* x0, A* x1) {
+    AdadeltaElement<A>(c, g, p, s0, s1, u, o0, o1, x0, x1);
   }
 
   // delta = r2 ge / r1, update = -lr delta, acc' = rho acc + (1-rho) delta^2:

@@ -48,9 +48,9 @@ struct Adagrad {
   }
 
   template <typename A, int V>
-  static inline void Element(const Coeffs<A>& c, A g, A p, const A* s, A* u,
-                             A* so, A* aux) {
-    AdagradElement<A>(c, g, p, s[0], u, &so[0], &aux[0]);
+  static inline void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A s2,
+                             A* u, A* o0, A* o1, A* o2, A* x0, A* x1) {
+    AdagradElement<A>(c, g, p, s0, u, o0, x0);
   }
 
   // update = -clr ge / D, D = r + eps, r = sqrt(sum' + eps_root):

@@ -53,9 +53,9 @@ struct Adamax {
   }
 
   template <typename A, int V>
-  static inline void Element(const Coeffs<A>& c, A g, A p, const A* s, A* u,
-                             A* so, A*) {
-    AdamaxElement<A>(c, g, p, s[0], s[1], u, &so[0], &so[1]);
+  static inline void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A,
+                             A* u, A* o0, A* o1, A*, A*, A*) {
+    AdamaxElement<A>(c, g, p, s0, s1, u, o0, o1);
   }
 
   // update = -K mu' / n', n' = max(b2 n, |ge| + eps):

@@ -8,7 +8,8 @@
 //   kName, kNumAux, kNumVariants, StateName(j), NumStates(variant)
 //   Variant(h), UsesParam(h), Check(h)
 //   template <A> Coeffs<A> MakeCoeffs(h)
-//   template <A, V> Element(c, g, p, s_in[], &u, s_out[], aux[])
+//   template <A, V> Element(c, g, p, s0, s1, s2, &u, &o0, &o1, &o2, &x0, &x1)
+//     (states in and out in state order, then the aux values)
 //   Backward(h, variant, SavedStep) -> {grad_g, grad_p, grad_states...}
 #pragma once
 
@@ -70,30 +71,41 @@ struct ChunkPtrs {
 };
 
 // The hot loop: no branch depends on the element (kParam/kAux/kVariant are
-// compile-time), so `omp simd` turns it into packed arithmetic.
+// compile-time), every pointer is a local __restrict__ scalar and every
+// per-element value a scalar (no arrays: GCC would keep them in memory), so
+// `omp simd` turns it into packed arithmetic.
 template <class Opt, typename T, bool kParam, bool kAux, int kVariant>
 MF_VECTORIZED_LOOP void ElementLoop(
     const typename Opt::template Coeffs<at::opmath_type<T>> c,
     const ChunkPtrs<T> ptr, int64_t n) {
   using A = at::opmath_type<T>;
   constexpr int S = Opt::NumStates(kVariant);
+  constexpr int X = kAux ? Opt::kNumAux : 0;
   const T* __restrict__ g = ptr.g;
   const T* __restrict__ p = ptr.p;
+  const T* __restrict__ s0 = ptr.s[0];
+  const T* __restrict__ s1 = ptr.s[1];
+  const T* __restrict__ s2 = ptr.s[2];
   T* __restrict__ u = ptr.u;
+  T* __restrict__ o0 = ptr.so[0];
+  T* __restrict__ o1 = ptr.so[1];
+  T* __restrict__ o2 = ptr.so[2];
+  T* __restrict__ x0 = ptr.aux[0];
+  T* __restrict__ x1 = ptr.aux[1];
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    A s_in[kMaxStates] = {}, s_out[kMaxStates] = {}, aux[kMaxAux] = {}, upd;
-    for (int j = 0; j < S; ++j) s_in[j] = static_cast<A>(ptr.s[j][i]);
-    Opt::template Element<A, kVariant>(c, static_cast<A>(g[i]),
-                                       kParam ? static_cast<A>(p[i]) : A(0),
-                                       s_in, &upd, s_out, aux);
+    A upd, n0 = 0, n1 = 0, n2 = 0, a0 = 0, a1 = 0;
+    Opt::template Element<A, kVariant>(
+        c, static_cast<A>(g[i]), kParam ? static_cast<A>(p[i]) : A(0),
+        S > 0 ? static_cast<A>(s0[i]) : A(0),
+        S > 1 ? static_cast<A>(s1[i]) : A(0),
+        S > 2 ? static_cast<A>(s2[i]) : A(0), &upd, &n0, &n1, &n2, &a0, &a1);
     u[i] = static_cast<T>(upd);
-    for (int j = 0; j < S; ++j) ptr.so[j][i] = static_cast<T>(s_out[j]);
-    if (kAux) {
-      for (int x = 0; x < Opt::kNumAux; ++x) {
-        ptr.aux[x][i] = static_cast<T>(aux[x]);
-      }
-    }
+    if (S > 0) o0[i] = static_cast<T>(n0);
+    if (S > 1) o1[i] = static_cast<T>(n1);
+    if (S > 2) o2[i] = static_cast<T>(n2);
+    if (X > 0) x0[i] = static_cast<T>(a0);
+    if (X > 1) x1[i] = static_cast<T>(a1);
   }
 }
 

@@ -145,7 +145,11 @@ MF_HD void AdamaxElement(const AdamaxCoeffs<A>& c, A g, A p, A mu, A inf,
                          A* update, A* mu_out, A* inf_out) {
   const A ge = c.sign * g + c.l2 * p;
   const A m = c.b1 * mu + c.one_minus_b1 * ge;
-  const A u = std::fmax(c.b2 * inf, std::fabs(ge) + c.eps);
+  // A compare-select, not std::fmax: fmax's NaN rules keep GCC from
+  // vectorizing it. Ties go to the decayed norm, as in the backward.
+  const A decayed = c.b2 * inf;
+  const A fresh = std::fabs(ge) + c.eps;
+  const A u = decayed >= fresh ? decayed : fresh;
   *update = -c.step * m / u;
   *mu_out = m;
   *inf_out = u;

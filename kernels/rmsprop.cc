@@ -61,15 +61,15 @@ struct RmsProp {
   }
 
   template <typename A, int V>
-  static inline void Element(const Coeffs<A>& c, A g, A p, const A* s, A* u,
-                             A* so, A* aux) {
-    constexpr int kBuf = Centered(V) ? 2 : 1;
+  static inline void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A s2,
+                             A* u, A* o0, A* o1, A* o2, A* x0, A*) {
+    // States are packed in order: square_avg, [grad_avg], [momentum_buffer].
     A ga_out, buf_out;
-    RmsPropElement<A>(c, g, p, s[0], Centered(V) ? s[1] : A(0),
-                      HasMomentum(V) ? s[kBuf] : A(0), u, &so[0], &ga_out,
-                      &buf_out, &aux[0]);
-    if (Centered(V)) so[1] = ga_out;
-    if (HasMomentum(V)) so[kBuf] = buf_out;
+    RmsPropElement<A>(c, g, p, s0, Centered(V) ? s1 : A(0),
+                      HasMomentum(V) ? (Centered(V) ? s2 : s1) : A(0), u, o0,
+                      &ga_out, &buf_out, x0);
+    if (Centered(V)) *o1 = ga_out;
+    if (HasMomentum(V)) *(Centered(V) ? o2 : o1) = buf_out;
   }
 
   // q = ge / D, D = r + eps, r^2 = sq' - c ga'^2 + eps_root:

@@ -55,11 +55,10 @@ struct Sgd {
   }
 
   template <typename A, int V>
-  static inline void Element(const Coeffs<A>& c, A g, A p, const A* s, A* u,
-                             A* so, A*) {
-    A buf_out;
-    SgdElement<A>(c, g, p, V == 1 ? s[0] : A(0), u, &buf_out);
-    if (V == 1) so[0] = buf_out;
+  static inline void Element(const Coeffs<A>& c, A g, A p, A s0, A, A, A* u,
+                             A* o0, A*, A*, A*, A*) {
+    // Without momentum s0 is 0 and o0 is not stored.
+    SgdElement<A>(c, g, p, s0, u, o0);
   }
 
   // update = -lr (nest_g ge + nest_b buf'), buf' = keep buf + take ge:
