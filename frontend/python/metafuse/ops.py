@@ -22,3 +22,83 @@ def ema_update(moment: torch.Tensor, update: torch.Tensor, decay: float,
                         f"{type(update).__name__}")
     return torch.ops.metafuse.ema_update(moment, update, float(decay),
                                          int(order))
+
+
+# --- fused optimizer steps (kernels/optimizers.h) ---------------------------
+#
+# Each returns (update, *new_states); apply with param + update. The C++
+# operator checks shapes, dtypes, options and says what was wrong; these
+# wrappers only check that tensor arguments are tensors (or lists of them)
+# before they reach the dispatcher, whose own message would not name them.
+
+def _check_args(name, schema, args, kwargs):
+    for i, (arg, value) in enumerate(zip(schema.arguments, args)):
+        _check_one(name, arg, value)
+    by_name = {a.name: a for a in schema.arguments}
+    for key, value in kwargs.items():
+        if key not in by_name:
+            raise TypeError(f"{name}: unexpected argument `{key}`; expected "
+                            f"one of {[a.name for a in schema.arguments]}")
+        _check_one(name, by_name[key], value)
+
+
+def _check_one(name, arg, value):
+    kind = str(arg.type)
+    if kind in ("Tensor", "Optional[Tensor]"):
+        if value is None and kind == "Optional[Tensor]":
+            return
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name}: `{arg.name}` must be a torch.Tensor"
+                            f"{' or None' if kind != 'Tensor' else ''}, got "
+                            f"{type(value).__name__}")
+    elif kind == "List[Tensor]":
+        if not isinstance(value, (list, tuple)) or not all(
+                isinstance(t, torch.Tensor) for t in value):
+            raise TypeError(f"{name}: `{arg.name}` must be a list of "
+                            f"torch.Tensor (empty for none), got "
+                            f"{type(value).__name__}")
+
+
+def _fused_step(name):
+    packet = getattr(torch.ops.metafuse, name)
+    schema = packet.default._schema
+
+    def call(*args, **kwargs):
+        _check_args(name, schema, args, kwargs)
+        return packet(*args, **kwargs)
+
+    call.__name__ = name
+    call.__qualname__ = name
+    call.__doc__ = (
+        f"Fused {name.replace('_multi', '')} step"
+        f"{' over lists of tensors (one parallel pass)' if name.endswith('_multi') else ''}"
+        f"; returns the update and the new states (param + update is the new "
+        f"parameter). Differentiable to any order (exact closed-form "
+        f"backward). See docs/kernels.md.\n\n    torch.ops.metafuse.{schema}")
+    return call
+
+
+_FUSED_STEPS = ("adam", "sgd", "rmsprop", "adagrad", "adamax", "adadelta",
+                "radam")
+for _name in _FUSED_STEPS:
+    globals()[_name] = _fused_step(_name)
+    globals()[_name + "_multi"] = _fused_step(_name + "_multi")
+del _name
+
+
+def adamw(grad, mu, nu, param, *, count, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8,
+          eps_root=0.0, weight_decay=1e-2, maximize=False):
+    """Fused AdamW step: adam() with decoupled weight decay (default 1e-2,
+    as torch.optim.AdamW). Returns (update, mu, nu)."""
+    return adam(grad, mu, nu, param, count=count, lr=lr, b1=b1, b2=b2,  # noqa: F821
+                eps=eps, eps_root=eps_root, weight_decay=weight_decay,
+                decoupled_weight_decay=True, maximize=maximize)
+
+
+def adamw_multi(grads, mus, nus, params, *, count, lr=1e-3, b1=0.9, b2=0.999,
+                eps=1e-8, eps_root=0.0, weight_decay=1e-2, maximize=False):
+    """Fused AdamW over lists of tensors. Returns (updates, mus, nus)."""
+    return adam_multi(grads, mus, nus, params, count=count, lr=lr, b1=b1,  # noqa: F821
+                      b2=b2, eps=eps, eps_root=eps_root,
+                      weight_decay=weight_decay, decoupled_weight_decay=True,
+                      maximize=maximize)
