@@ -83,6 +83,18 @@ absl::Status TooDeep(const Path& path) {
       " (does a container contain itself?)"));
 }
 
+// The node kind of an IValue; sets *def for registered classes.
+NodeKind Classify(const c10::IValue& v, bool none_is_leaf, const IValueNodeDef** def) {
+  if (v.isNone()) return none_is_leaf ? NodeKind::kLeaf : NodeKind::kNone;
+  if (v.isTuple()) return NodeKind::kTuple;
+  if (v.isList()) return NodeKind::kList;
+  if (v.isGenericDict()) return NodeKind::kDict;
+  if (v.isObject() && (*def = FindIValueNode(v.type()->str())) != nullptr) {
+    return NodeKind::kCustom;
+  }
+  return NodeKind::kLeaf;
+}
+
 class Flattener {
  public:
   Flattener(bool none_is_leaf, bool with_paths)
@@ -90,48 +102,56 @@ class Flattener {
 
   absl::Status Walk(const c10::IValue& v) {
     if (path_.size() > static_cast<size_t>(kMaxDepth)) return TooDeep(path_);
-    if (v.isNone() && !none_is_leaf_) {
-      AppendNode(&nodes_, NodeKind::kNone, 0, nullptr);
-    } else if (v.isTuple()) {
-      const auto& elements = v.toTupleRef().elements();
-      for (size_t i = 0; i < elements.size(); ++i) {
-        if (auto s = Child(Index(i), elements[i]); !s.ok()) return s;
-      }
-      AppendNode(&nodes_, NodeKind::kTuple, elements.size(), nullptr);
-    } else if (v.isList()) {
-      c10::List<c10::IValue> list = v.toList();
-      for (size_t i = 0; i < list.size(); ++i) {
-        if (auto s = Child(Index(i), list.get(i)); !s.ok()) return s;
-      }
-      AppendNode(&nodes_, NodeKind::kList, list.size(), nullptr);
-    } else if (v.isGenericDict()) {
-      auto entries = SortedEntries(v.toGenericDict(), path_);
-      if (!entries.ok()) return entries.status();
-      std::vector<Literal> keys;
-      for (const auto& [key, value] : *entries) {
-        if (auto s = Child(key, value); !s.ok()) {
-          return s;
+    const IValueNodeDef* def = nullptr;
+    switch (Classify(v, none_is_leaf_, &def)) {
+      case NodeKind::kNone:
+        AppendNode(&nodes_, NodeKind::kNone, 0, nullptr);
+        break;
+      case NodeKind::kTuple: {
+        const auto& elements = v.toTupleRef().elements();
+        for (size_t i = 0; i < elements.size(); ++i) {
+          if (auto s = Child(Index(i), elements[i]); !s.ok()) return s;
         }
-        keys.push_back(key);
+        AppendNode(&nodes_, NodeKind::kTuple, elements.size(), nullptr);
+        break;
       }
-      const int32_t arity = static_cast<int32_t>(keys.size());
-      AppendNode(&nodes_, NodeKind::kDict, arity,
-                 std::make_shared<const LiteralNodeData>("", std::move(keys)));
-    } else if (const IValueNodeDef* def =
-                   v.isObject() ? FindIValueNode(v.type()->str()) : nullptr) {
-      Literal context;
-      std::vector<c10::IValue> children = def->flatten(v, &context);
-      for (size_t i = 0; i < children.size(); ++i) {
-        if (auto s = Child(Index(i), children[i]); !s.ok()) return s;
+      case NodeKind::kList: {
+        c10::List<c10::IValue> list = v.toList();
+        for (size_t i = 0; i < list.size(); ++i) {
+          if (auto s = Child(Index(i), list.get(i)); !s.ok()) return s;
+        }
+        AppendNode(&nodes_, NodeKind::kList, list.size(), nullptr);
+        break;
       }
-      std::vector<Literal> values = {std::move(context)};
-      AppendNode(&nodes_, NodeKind::kCustom, children.size(),
-                 std::make_shared<const LiteralNodeData>(v.type()->str(),
-                                                         std::move(values)));
-    } else {
-      AppendNode(&nodes_, NodeKind::kLeaf, 0, nullptr);
-      leaves_.push_back(v);
-      if (with_paths_) paths_.push_back(path_);
+      case NodeKind::kDict: {
+        auto entries = SortedEntries(v.toGenericDict(), path_);
+        if (!entries.ok()) return entries.status();
+        std::vector<Literal> keys;
+        for (const auto& [key, value] : *entries) {
+          if (auto s = Child(key, value); !s.ok()) return s;
+          keys.push_back(key);
+        }
+        const int32_t arity = static_cast<int32_t>(keys.size());
+        AppendNode(&nodes_, NodeKind::kDict, arity,
+                   std::make_shared<const LiteralNodeData>("", std::move(keys)));
+        break;
+      }
+      case NodeKind::kCustom: {
+        Literal context;
+        std::vector<c10::IValue> children = def->flatten(v, &context);
+        for (size_t i = 0; i < children.size(); ++i) {
+          if (auto s = Child(Index(i), children[i]); !s.ok()) return s;
+        }
+        std::vector<Literal> values = {std::move(context)};
+        AppendNode(&nodes_, NodeKind::kCustom, children.size(),
+                   std::make_shared<const LiteralNodeData>(v.type()->str(),
+                                                           std::move(values)));
+        break;
+      }
+      default:
+        AppendNode(&nodes_, NodeKind::kLeaf, 0, nullptr);
+        leaves_.push_back(v);
+        if (with_paths_) paths_.push_back(path_);
     }
     return absl::OkStatus();
   }
@@ -161,14 +181,24 @@ class Flattener {
 
 // What a tree has at some place, in words, for mismatch messages.
 std::string Describe(const c10::IValue& v, bool none_is_leaf) {
-  if (v.isNone() && !none_is_leaf) return "None";
-  if (v.isTuple()) return absl::StrCat("a tuple of ", v.toTupleRef().elements().size(), " items");
-  if (v.isList()) return absl::StrCat("a list of ", v.toList().size(), " items");
-  if (v.isGenericDict()) return absl::StrCat("a dict of ", v.toGenericDict().size(), " items");
-  if (v.isObject() && FindIValueNode(v.type()->str())) {
-    return absl::StrCat("a custom node ", v.type()->str());
+  const IValueNodeDef* def = nullptr;
+  switch (Classify(v, none_is_leaf, &def)) {
+    case NodeKind::kNone: return "None";
+    case NodeKind::kTuple:
+      return absl::StrCat("a tuple of ", v.toTupleRef().elements().size(), " items");
+    case NodeKind::kList: return absl::StrCat("a list of ", v.toList().size(), " items");
+    case NodeKind::kDict: {
+      std::vector<std::string> keys;
+      for (const auto& entry : v.toGenericDict()) {
+        auto key = KeyToLiteral(entry.key());
+        keys.push_back(key.ok() ? LiteralRepr(*key) : "?");
+      }
+      std::sort(keys.begin(), keys.end());
+      return absl::StrCat("a dict with keys [", absl::StrJoin(keys, ", "), "]");
+    }
+    case NodeKind::kCustom: return absl::StrCat("a custom node ", v.type()->str());
+    default: return absl::StrCat("a leaf (", v.tagKind(), ")");
   }
-  return absl::StrCat("a leaf (", v.tagKind(), ")");
 }
 
 std::string Describe(const TreeSpec& spec, int index) {
@@ -199,22 +229,24 @@ class Matcher {
     bool ok = false;
     std::vector<c10::IValue> children;
     std::vector<Literal> segments;
-    switch (node.kind) {
+    const IValueNodeDef* def = nullptr;
+    const NodeKind kind = Classify(v, none_is_leaf, &def);
+    switch (kind == node.kind ? kind : NodeKind::kLeaf) {
       case NodeKind::kLeaf:
-        ok = Describe(v, none_is_leaf).rfind("a leaf", 0) == 0;
+        ok = kind == node.kind;
         if (ok) leaves_.push_back(v);
         break;
-      case NodeKind::kNone: ok = v.isNone(); break;
+      case NodeKind::kNone: ok = true; break;
       case NodeKind::kTuple:
-        ok = v.isTuple() && v.toTupleRef().elements().size() == size_t(node.arity);
+        ok = v.toTupleRef().elements().size() == size_t(node.arity);
         if (ok) children = v.toTupleRef().elements().vec();
         break;
       case NodeKind::kList:
-        ok = v.isList() && v.toList().size() == size_t(node.arity);
+        ok = v.toList().size() == size_t(node.arity);
         if (ok) children = v.toList().vec();
         break;
       case NodeKind::kDict: {
-        if (!v.isGenericDict() || v.toGenericDict().size() != size_t(node.arity)) break;
+        if (v.toGenericDict().size() != size_t(node.arity)) break;
         c10::impl::GenericDict dict = v.toGenericDict();
         ok = true;
         for (const Literal& key : DataOf(node).values()) {
@@ -229,9 +261,7 @@ class Matcher {
         break;
       }
       case NodeKind::kCustom: {
-        if (!v.isObject() || v.type()->str() != DataOf(node).type_name()) break;
-        const IValueNodeDef* def = FindIValueNode(v.type()->str());
-        if (!def) break;
+        if (v.type()->str() != DataOf(node).type_name()) break;
         Literal context;
         children = def->flatten(v, &context);
         ok = children.size() == size_t(node.arity) &&

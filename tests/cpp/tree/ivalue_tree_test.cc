@@ -114,6 +114,8 @@ TEST(IValueTree, FlattenAsReportsWhatEachSideHas) {
   EXPECT_NE(status.message().find("expected a dict with keys ['b', 'w']"),
             std::string::npos)
       << status;
+  EXPECT_NE(status.message().find("got a dict with keys ['w']"), std::string::npos)
+      << status;
   status = FlattenAs(*spec, torch::ones({1})).status();
   EXPECT_NE(status.message().find("got a leaf (Tensor)"), std::string::npos)
       << status;
@@ -140,6 +142,13 @@ TEST(IValueTree, BadKeysAndDepthAreErrors) {
   tensor_keys.insert(torch::ones({1}), 1);
   auto status = Flatten(tensor_keys).status();
   EXPECT_NE(status.message().find("not supported"), std::string::npos) << status;
+
+  c10::impl::GenericDict mixed(c10::AnyType::get(), c10::IntType::get());
+  mixed.insert(c10::IValue("a"), 1);
+  mixed.insert(c10::IValue(int64_t{2}), 2);
+  status = Flatten(List({mixed})).status();
+  EXPECT_NE(status.message().find("at tree[0]: dict keys"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("cannot be ordered"), std::string::npos) << status;
 
   c10::IValue deep = torch::ones({1});
   for (int i = 0; i < kMaxDepth + 5; ++i) deep = List({deep});
