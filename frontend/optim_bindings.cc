@@ -101,7 +101,8 @@ void BindOptim(py::module_& parent) {
   });
   m.def("flip_sign", &FlipSign);
   m.def("scale_by_adam", &ScaleByAdam, py::arg("b1"), py::arg("b2"),
-        py::arg("eps"), py::arg("eps_root"), py::arg("moment_requires_grad"));
+        py::arg("eps"), py::arg("eps_root"), py::arg("moment_requires_grad"),
+        py::arg("amsgrad"));
   m.def("scale_by_adamax", &ScaleByAdamax, py::arg("b1"), py::arg("b2"),
         py::arg("eps"), py::arg("moment_requires_grad"));
   m.def("scale_by_radam", &ScaleByRAdam, py::arg("b1"), py::arg("b2"),
@@ -167,8 +168,9 @@ void BindOptim(py::module_& parent) {
   });
   auto adam_options = [](const py::object& lr, double b1, double b2, double eps,
                          double eps_root, double weight_decay, bool maximize,
-                         bool moment_requires_grad) {
+                         bool moment_requires_grad, bool amsgrad) {
     AdamOptions o;
+    o.amsgrad = amsgrad;
     o.lr = ToLearningRate(lr);
     o.b1 = b1;
     o.b2 = b2;
@@ -181,16 +183,19 @@ void BindOptim(py::module_& parent) {
   };
   m.def("adam", [adam_options](const py::object& lr, double b1, double b2,
                                double eps, double eps_root, double wd,
-                               bool maximize, bool mrg, bool fused) {
-    AdamOptions o = adam_options(lr, b1, b2, eps, eps_root, wd, maximize, mrg);
+                               bool maximize, bool mrg, bool amsgrad,
+                               bool fused) {
+    AdamOptions o =
+        adam_options(lr, b1, b2, eps, eps_root, wd, maximize, mrg, amsgrad);
     o.fused = fused;
     return Adam(o);
   });
   m.def("adamw", [adam_options](const py::object& lr, double b1, double b2,
                                 double eps, double eps_root, double wd,
-                                bool maximize, bool mrg,
+                                bool maximize, bool mrg, bool amsgrad,
                                 std::vector<bool> mask, bool fused) {
-    AdamOptions o = adam_options(lr, b1, b2, eps, eps_root, wd, maximize, mrg);
+    AdamOptions o =
+        adam_options(lr, b1, b2, eps, eps_root, wd, maximize, mrg, amsgrad);
     o.fused = fused;
     o.weight_decay_mask = std::move(mask);
     return AdamW(o);

@@ -71,7 +71,8 @@ TransformPtr Adam(const AdamOptions& o) {
   return WithSignAndRate(
       o.maximize,
       {CoupledDecay(o.weight_decay),
-       ScaleByAdam(o.b1, o.b2, o.eps, o.eps_root, o.moment_requires_grad)},
+       ScaleByAdam(o.b1, o.b2, o.eps, o.eps_root, o.moment_requires_grad,
+                   o.amsgrad)},
       o.lr);
 }
 
@@ -89,7 +90,8 @@ TransformPtr AdamW(AdamOptions o) {
           : nullptr;
   return WithSignAndRate(
       o.maximize,
-      {ScaleByAdam(o.b1, o.b2, o.eps, o.eps_root, o.moment_requires_grad),
+      {ScaleByAdam(o.b1, o.b2, o.eps, o.eps_root, o.moment_requires_grad,
+                   o.amsgrad),
        decay},
       o.lr);
 }

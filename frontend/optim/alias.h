@@ -25,6 +25,7 @@ struct AdamOptions {
   LearningRate lr = 1e-3;
   double b1 = 0.9, b2 = 0.999, eps = 1e-8, eps_root = 0.0, weight_decay = 0.0;
   bool maximize = false, moment_requires_grad = false;
+  bool amsgrad = false;
   std::vector<bool> weight_decay_mask;  // AdamW only; empty: every leaf
   bool fused = false;
 };

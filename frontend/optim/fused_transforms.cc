@@ -111,6 +111,8 @@ TransformPtr FusedSgd(const SgdOptions& o) {
 TransformPtr FusedAdam(const AdamOptions& o, bool decoupled) {
   TORCH_CHECK(o.weight_decay_mask.empty(), "adamw(fused=True) does not take "
               "a weight-decay `mask`; use fused=False");
+  TORCH_CHECK(!o.amsgrad, decoupled ? "adamw" : "adam",
+              "(fused=True) does not support amsgrad; use fused=False");
   decoupled ? AdamW(o) : Adam(o);  // validation
   const double lr = ConstantLr(o.lr, decoupled ? "adamw" : "adam");
   FusedStep step = [o, lr, decoupled](const TensorList& g,

@@ -27,11 +27,21 @@ TransformState MomentsState(const char* name, const TensorList& params,
 
 class ScaleByAdamTx final : public GradientTransformation {
  public:
-  ScaleByAdamTx(double b1, double b2, double eps, double eps_root, bool rg)
-      : b1_(b1), b2_(b2), eps_(eps), eps_root_(eps_root), requires_grad_(rg) {}
+  ScaleByAdamTx(double b1, double b2, double eps, double eps_root, bool rg,
+                bool amsgrad)
+      : b1_(b1), b2_(b2), eps_(eps), eps_root_(eps_root), requires_grad_(rg),
+        amsgrad_(amsgrad) {}
 
   TransformState Init(const TensorList& params) const override {
-    return MomentsState("ScaleByAdamState", params, "nu", requires_grad_);
+    if (!amsgrad_) {
+      return MomentsState("ScaleByAdamState", params, "nu", requires_grad_);
+    }
+    // AMSGrad keeps the running maximum of nu as well.
+    TransformState s = MomentsState("ScaleByAmsgradState", params, "nu",
+                                    requires_grad_);
+    s.fields.insert(s.fields.begin() + 2,
+                    internal::FilledLike("nu_max", params, 0.0, requires_grad_));
+    return s;
   }
 
   TensorList Update(const TensorList& updates, TransformState& state,
@@ -47,7 +57,14 @@ class ScaleByAdamTx final : public GradientTransformation {
     for (size_t i = 0; i < updates.size(); ++i) {
       Ema(mu[i], updates[i], b1_, inplace);
       EmaSquare(nu[i], updates[i], b2_, inplace);
-      at::Tensor denom = (nu[i] / bc2 + eps_root_).sqrt() + eps_;
+      at::Tensor second = nu[i];
+      if (amsgrad_) {
+        at::Tensor& nu_max = state.field("nu_max").tensors[i];
+        nu_max = inplace ? at::maximum_out(nu_max, nu_max, nu[i])
+                         : at::maximum(nu_max, nu[i]);
+        second = nu_max;
+      }
+      at::Tensor denom = (second / bc2 + eps_root_).sqrt() + eps_;
       out.push_back((mu[i] / bc1) / denom);
     }
     internal::AdvanceCount(state, inplace);
@@ -57,13 +74,13 @@ class ScaleByAdamTx final : public GradientTransformation {
   std::string Describe() const override {
     std::ostringstream os;
     os << "scale_by_adam(b1=" << b1_ << ", b2=" << b2_ << ", eps=" << eps_
-       << ", eps_root=" << eps_root_ << ")";
+       << ", eps_root=" << eps_root_ << (amsgrad_ ? ", amsgrad" : "") << ")";
     return os.str();
   }
 
  private:
   double b1_, b2_, eps_, eps_root_;
-  bool requires_grad_;
+  bool requires_grad_, amsgrad_;
 };
 
 class ScaleByAdamaxTx final : public GradientTransformation {
@@ -174,12 +191,12 @@ void CheckBetas(double b1, double b2) {
 }  // namespace
 
 TransformPtr ScaleByAdam(double b1, double b2, double eps, double eps_root,
-                         bool moment_requires_grad) {
+                         bool moment_requires_grad, bool amsgrad) {
   CheckBetas(b1, b2);
   internal::CheckNonNegative(eps, "eps");
   internal::CheckNonNegative(eps_root, "eps_root");
   return std::make_shared<ScaleByAdamTx>(b1, b2, eps, eps_root,
-                                         moment_requires_grad);
+                                         moment_requires_grad, amsgrad);
 }
 
 TransformPtr ScaleByAdamax(double b1, double b2, double eps,

@@ -19,9 +19,10 @@ TransformPtr ScaleBySchedule(Schedule schedule, std::string description);
 TransformPtr FlipSign();
 
 // Adam's preconditioning: mu_hat / (sqrt(nu_hat + eps_root) + eps), with bias
-// correction from the step count.
+// correction from the step count. amsgrad uses the running maximum of nu
+// (torch.optim's amsgrad=True).
 TransformPtr ScaleByAdam(double b1, double b2, double eps, double eps_root,
-                         bool moment_requires_grad);
+                         bool moment_requires_grad, bool amsgrad = false);
 // Adamax (torch.optim semantics): mu_hat / max(b2 * nu, |g| + eps).
 TransformPtr ScaleByAdamax(double b1, double b2, double eps,
                            bool moment_requires_grad);

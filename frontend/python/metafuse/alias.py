@@ -47,9 +47,9 @@ def sgd(lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, *,
         bool(maximize), bool(moment_requires_grad), bool(fused)))
 
 
-def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
-         eps_root=0.0, moment_requires_grad=False, maximize=False,
-         fused=False):
+def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+         amsgrad=False, *, eps_root=0.0, moment_requires_grad=False,
+         maximize=False, fused=False):
     """Adam (torch.optim.Adam); ``eps_root`` > 0 keeps meta-gradients finite
     where the second moment is zero."""
     b1, b2 = _betas(betas)
@@ -57,11 +57,11 @@ def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
         _lr(lr), b1, b2, _number(eps, "eps", 0.0),
         _number(eps_root, "eps_root", 0.0),
         _number(weight_decay, "weight_decay", 0.0), bool(maximize),
-        bool(moment_requires_grad), bool(fused)))
+        bool(moment_requires_grad), bool(amsgrad), bool(fused)))
 
 
-def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
-          eps_root=0.0, mask=None, moment_requires_grad=False, maximize=False,
+def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+          amsgrad=False, *, eps_root=0.0, mask=None, moment_requires_grad=False, maximize=False,
           fused=False):
     """AdamW (torch.optim.AdamW): decoupled weight decay, optionally only on
     the leaves where ``mask`` (a bool pytree, or a callable of the params)
@@ -70,7 +70,7 @@ def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
     args = (_lr(lr), b1, b2, _number(eps, "eps", 0.0),
             _number(eps_root, "eps_root", 0.0),
             _number(weight_decay, "weight_decay", 0.0), bool(maximize),
-            bool(moment_requires_grad))
+            bool(moment_requires_grad), bool(amsgrad))
     if mask is None:
         return GradientTransformation(_core.adamw(*args, [], bool(fused)))
     return _MaskedByTree(lambda m: _core.adamw(*args, m, bool(fused)), mask)

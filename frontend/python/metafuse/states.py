@@ -17,6 +17,8 @@ _SCALAR_FIELDS = frozenset({"count"})
 
 EmptyState = namedtuple("EmptyState", [])
 ScaleByAdamState = namedtuple("ScaleByAdamState", ["mu", "nu", "count"])
+ScaleByAmsgradState = namedtuple("ScaleByAmsgradState",
+                                 ["mu", "nu", "nu_max", "count"])
 ScaleByAdamaxState = namedtuple("ScaleByAdamaxState", ["mu", "nu", "count"])
 ScaleByRAdamState = namedtuple("ScaleByRAdamState", ["mu", "nu", "count"])
 ScaleByAdadeltaState = namedtuple("ScaleByAdadeltaState", ["e_g", "e_x"])
@@ -38,7 +40,7 @@ MaskedState = namedtuple("MaskedState", ["inner_state"])
 
 _STATE_TYPES = {
     cls.__name__: cls
-    for cls in (EmptyState, ScaleByAdamState, ScaleByAdamaxState,
+    for cls in (EmptyState, ScaleByAdamState, ScaleByAmsgradState, ScaleByAdamaxState,
                 ScaleByRAdamState, ScaleByAdadeltaState, ScaleByRmsState,
                 ScaleByStddevState, ScaleByRssState, ScaleByScheduleState,
                 TraceState, MaskedState, FusedAdagradState, RMSPropState,

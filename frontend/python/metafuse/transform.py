@@ -62,12 +62,13 @@ def flip_sign():
 
 
 def scale_by_adam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, *,
-                  moment_requires_grad=False):
-    """mu_hat / (sqrt(nu_hat + eps_root) + eps), bias-corrected moments."""
+                  moment_requires_grad=False, amsgrad=False):
+    """mu_hat / (sqrt(nu_hat + eps_root) + eps), bias-corrected moments;
+    ``amsgrad`` uses the running maximum of nu."""
     b1, b2 = _betas((b1, b2))
     return GradientTransformation(_core.scale_by_adam(
         b1, b2, _number(eps, "eps", 0.0), _number(eps_root, "eps_root", 0.0),
-        bool(moment_requires_grad)))
+        bool(moment_requires_grad), bool(amsgrad)))
 
 
 def scale_by_adamax(b1=0.9, b2=0.999, eps=1e-8, *, moment_requires_grad=False):

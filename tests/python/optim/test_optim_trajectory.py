@@ -48,7 +48,8 @@ for o in combos(lr=[0.1], momentum=[0.0, 0.9], dampening=[0.0, 0.3],
         continue
     CASES.append(("SGD", o))
 for o in combos(lr=[0.01], betas=[(0.9, 0.999), (0.5, 0.9)], eps=[1e-8, 1e-3],
-                weight_decay=[0.0, 0.05], maximize=[False, True]):
+                weight_decay=[0.0, 0.05], amsgrad=[False, True],
+                maximize=[False, True]):
     CASES.append(("Adam", o))
     CASES.append(("AdamW", o))
 for o in combos(lr=[0.01], betas=[(0.9, 0.999)], eps=[1e-8, 1e-2],
@@ -139,6 +140,10 @@ def test_trajectory_equals_torch_optim(case):
     assert_same(functional_trajectory(name, options, inplace=True), expected, name)
     assert_same(functional_trajectory(name, options, inplace=False), expected, name)
     assert_same(oop_trajectory(name, options), expected, name)
+    if options.get("amsgrad"):
+        with pytest.raises(RuntimeError, match="does not support amsgrad"):
+            ALIAS[name](**options, fused=True)
+        return
     fused = dict(options, fused=True)
     assert_same(functional_trajectory(name, fused, inplace=True), expected, name)
     assert_same(functional_trajectory(name, fused, inplace=False), expected, name)
