@@ -90,9 +90,7 @@ class Matcher {
     if (PyDict_GET_SIZE(obj) != node.arity) return Mismatch(index, obj);
     if (node.kind == NodeKind::kDefaultDict) {
       py::object factory = py::reinterpret_borrow<py::object>(obj).attr("default_factory");
-      int same = PyObject_RichCompareBool(factory.ptr(), data.context.ptr(), Py_EQ);
-      if (same < 0) RethrowPythonError();
-      if (!same) return Mismatch(index, obj);
+      if (!PyEqual(factory.ptr(), data.context.ptr())) return Mismatch(index, obj);
     }
     if (node.kind != NodeKind::kDict) {
       // Insertion order is part of the structure of ordered dicts.
@@ -102,10 +100,9 @@ class Matcher {
       py::object order = py::reinterpret_steal<py::object>(raw);
       if (PyList_GET_SIZE(raw) != node.arity) return Mismatch(index, obj);
       for (int i = 0; i < node.arity; ++i) {
-        int same = PyObject_RichCompareBool(PyList_GET_ITEM(raw, i),
-                                            PyTuple_GET_ITEM(keys, i), Py_EQ);
-        if (same < 0) RethrowPythonError();
-        if (!same) return Mismatch(index, obj);
+        if (!PyEqual(PyList_GET_ITEM(raw, i), PyTuple_GET_ITEM(keys, i))) {
+          return Mismatch(index, obj);
+        }
       }
     }
     auto children = Children(index);
@@ -131,9 +128,7 @@ class Matcher {
     if (def.type.ptr() != data.type.ptr()) return Mismatch(index, obj);
     CustomChildren flat = CallFlatten(def, obj);
     if (PyTuple_GET_SIZE(flat.children.ptr()) != node.arity) return Mismatch(index, obj);
-    int same = PyObject_RichCompareBool(flat.context.ptr(), data.context.ptr(), Py_EQ);
-    if (same < 0) RethrowPythonError();
-    if (!same) return Mismatch(index, obj);
+    if (!PyEqual(flat.context.ptr(), data.context.ptr())) return Mismatch(index, obj);
     auto children = Children(index);
     const bool has_entries = !flat.entries.is_none();
     for (int i = 0; i < node.arity; ++i) {

@@ -11,10 +11,7 @@ namespace {
 
 bool SameObject(const py::object& a, const py::object& b) {
   if (a.ptr() == b.ptr()) return true;
-  if (!a || !b) return false;
-  int equal = PyObject_RichCompareBool(a.ptr(), b.ptr(), Py_EQ);
-  if (equal < 0) RethrowPythonError();
-  return equal == 1;
+  return a && b && PyEqual(a.ptr(), b.ptr());
 }
 
 size_t HashOrZero(const py::object& obj) {
@@ -116,6 +113,12 @@ absl::StatusOr<py::object> Resolve(const std::string& name) {
 }
 
 }  // namespace
+
+bool PyEqual(PyObject* a, PyObject* b) {
+  int same = PyObject_RichCompareBool(a, b, Py_EQ);
+  if (same < 0) PyErr_Clear();
+  return same == 1;
+}
 
 std::string QualifiedName(PyObject* obj) {
   py::handle h(obj);

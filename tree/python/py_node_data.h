@@ -36,6 +36,10 @@ inline const PyNodeData& PyDataOf(const Node& node) {
 absl::StatusOr<std::shared_ptr<const NodeData>> PyNodeDataFactory(
     const NodeRecord& record, const std::string& name_space);
 
+// a == b, where a comparison that raises (tensors or arrays as contexts)
+// counts as unequal rather than failing a spec comparison or a cache lookup.
+bool PyEqual(PyObject* a, PyObject* b);
+
 // "module.QualName" of a class or function.
 std::string QualifiedName(PyObject* obj);
 

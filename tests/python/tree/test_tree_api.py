@@ -196,3 +196,21 @@ def test_flatten_fn_may_unregister_its_own_class():
     assert leaves == [1]
     assert mt.unflatten(spec, [2])[0].x == 2  # the spec keeps its unflatten_fn
     assert mt.leaves([Once(3)])[0].x == 3  # now a leaf
+
+
+def test_uncomparable_contexts_are_unequal_not_errors():
+    class Holder:
+        def __init__(self, ctx, x):
+            self.ctx, self.x = ctx, x
+
+    mt.register_node(Holder, lambda h: ((h.x,), h.ctx), lambda ctx, c: Holder(ctx, *c))
+    try:
+        a, b = Holder(torch.ones(3), 1), Holder(torch.ones(3), 2)
+        assert mt.leaves([a]) == [1] and mt.leaves([b]) == [2]  # cache miss, no error
+        assert mt.structure([a]) != mt.structure([b])
+        spec = mt.structure([a])
+        assert spec == spec and mt.flatten_as(spec, [a]) == [1]
+        with pytest.raises(ValueError, match="registered"):
+            mt.flatten_as(spec, [b])
+    finally:
+        mt.unregister_node(Holder)
