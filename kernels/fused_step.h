@@ -306,6 +306,15 @@ Hyper HyperFromVector(const std::vector<double>& v) {
   return h;
 }
 
+// Whether Opt has a fused first-order backward:
+//   static variable_list FusedBackward(h, K, P, saved, grad_outputs)
+// returning {grad_g[K], grad_p[P], grad_states[S*K]} (saved as in the ctx).
+template <class Opt, class = void>
+struct HasFusedBackward : std::false_type {};
+template <class Opt>
+struct HasFusedBackward<Opt, std::void_t<decltype(&Opt::FusedBackward)>>
+    : std::true_type {};
+
 // Forward = the fused kernel (with aux); backward = Opt::Backward in ATen
 // ops on saved inputs, outputs and aux. The aux outputs are outputs of this
 // node, so when the backward is differentiated again the gradient reaching
@@ -349,6 +358,20 @@ class FusedStepFunction
     const size_t P = ctx->saved_data["num_params"].toInt();
     const torch::autograd::variable_list saved = ctx->get_saved_variables();
     const size_t K = grad_outputs.size() / (1 + S + X);
+    if constexpr (HasFusedBackward<Opt>::value) {
+      // First order (no graph of the backward wanted) and nothing reaching
+      // the aux outputs: one fused pass instead of a dozen ATen ops.
+      bool aux_unused = true;
+      for (size_t i = (1 + S) * K; i < grad_outputs.size(); ++i) {
+        aux_unused = aux_unused && !grad_outputs[i].defined();
+      }
+      if (!at::GradMode::is_enabled() && aux_unused) {
+        torch::autograd::variable_list result =
+            Opt::FusedBackward(h, K, P, saved, grad_outputs);
+        result.emplace_back();  // hyper
+        return result;
+      }
+    }
     torch::autograd::variable_list grad_g(K), grad_p(P), grad_s(S * K);
     for (size_t k = 0; k < K; ++k) {
       SavedStep st;

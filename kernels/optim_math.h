@@ -70,6 +70,26 @@ MF_HD void AdamElement(const AdamCoeffs<A>& c, A g, A p, A mu, A nu, A* update,
   *root = r;
 }
 
+// Adam's first-order backward, fused (the autograd path uses it when no
+// graph of the backward is wanted). Same closed form as Adam::Backward in
+// kernels/adam.cc, from the saved mu' and r: nothing is recomputed but ge.
+template <typename A>
+MF_HD void AdamBackwardElement(const AdamCoeffs<A>& c, A g, A p, A mu_new,
+                               A r, A grad_u, A grad_mu_new, A grad_nu_new,
+                               A* grad_g, A* grad_p, A* grad_mu,
+                               A* grad_nu) {
+  const A d = r + c.eps;
+  const A t = grad_u * c.step / d;
+  const A g_mu = grad_mu_new - t;
+  const A g_nu = grad_nu_new + (t * mu_new / d) * (A(0.5) * c.inv_bc2) / r;
+  const A ge = c.sign * g + c.l2 * p;
+  const A grad_ge = c.one_minus_b1 * g_mu + A(2) * c.one_minus_b2 * ge * g_nu;
+  *grad_g = c.sign * grad_ge;
+  *grad_p = c.l2 * grad_ge - c.decoupled * grad_u;
+  *grad_mu = c.b1 * g_mu;
+  *grad_nu = c.b2 * g_nu;
+}
+
 // SGD with momentum (torch.optim numbers: the first step stores ge itself).
 //   buf' = keep * buf + take * ge
 //   update = -lr * (nest_g * ge + nest_b * buf')

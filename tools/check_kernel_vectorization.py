@@ -2,7 +2,8 @@
 """Shows whether the fused optimizer element loops are vectorized.
 
 Disassembles bazel-bin/kernels/libkernels.so (build //kernels first) and
-prints, for the AVX2 clone of every float/double ElementLoop, how many
+prints, for the AVX2 clone of every float/double ElementLoop (forward) and
+AdamBackwardLoop (fused first-order backward), how many
 instructions touch 256-bit ymm registers and how many are packed arithmetic
 (v{add,mul,div,sqrt,fmadd...}p{s,d} on ymm). A loop that did not vectorize
 shows 0 packed arithmetic. Exit status 1 if any loop shows 0.
@@ -26,7 +27,7 @@ def main():
         m = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
         if m:
             name = m.group(1)
-            keep = ("ElementLoop" in name and "x86_64_v3" in name
+            keep = (re.search(r"(Element|Backward)Loop<", name) and "x86_64_v3" in name
                     and "Half" not in name and "BFloat16" not in name)
             cur = name if keep else None
             if cur:
@@ -35,7 +36,7 @@ def main():
         if cur:
             # An identical-code-folded variant (kAux for an op without aux)
             # is a thunk that calls the real loop: not a loop of its own.
-            if re.search(r"(call|jmp)\s.*<[^+]*ElementLoop[^+]*>$", line):
+            if re.search(r"(call|jmp)\s.*<[^+]*(Element|Backward)Loop[^+]*>$", line):
                 stats[cur][2] = -(10**9)
             stats[cur][2] += 1
             stats[cur][0] += "ymm" in line
