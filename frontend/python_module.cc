@@ -3,6 +3,7 @@
 // torch.ops.metafuse.*) and exposes what Python needs of the C++ runtime.
 #include <torch/extension.h>
 
+#include "frontend/diff_bindings.h"
 #include "frontend/optim_bindings.h"
 #include "kernels/ema_update.h"
 #include "runtime/cuda_driver.h"
@@ -43,6 +44,7 @@ py::tuple CudaStatus() {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "metafuse C++ core (operators, runtime)";
   metafuse::optim::BindOptim(m);
+  metafuse::diff::BindDiff(m);
   metafuse::tree::BindTree(m);
   m.def("build_info", &BuildInfo,
         "Versions and optional features of this metafuse build.");

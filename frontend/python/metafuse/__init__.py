@@ -21,7 +21,7 @@ from metafuse import tree
 from metafuse.ops import ema_update
 
 # The differentiable-optimizer API (functional, torch.optim-style, meta).
-from metafuse import alias, hook, schedule, transform, utils
+from metafuse import alias, diff, hook, schedule, transform, utils
 from metafuse.alias import (adadelta, adagrad, adam, adamax, adamw, radam,
                             rmsprop, sgd)
 from metafuse.base import (GradientTransformation, apply_updates, chain,
@@ -49,7 +49,7 @@ def cuda_status():
 
 __all__ = [
     "build_info", "cuda_status", "ema_update", "ops", "tree",
-    "alias", "hook", "schedule", "transform", "utils",
+    "alias", "diff", "hook", "schedule", "transform", "utils",
     "GradientTransformation", "apply_updates", "chain", "identity",
     "sgd", "adam", "adamw", "adamax", "adadelta", "adagrad", "radam",
     "rmsprop",
