@@ -1,18 +1,74 @@
 #include "frontend/diff_bindings.h"
 
+#include <pybind11/functional.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "frontend/diff/linear_solve.h"
 #include "frontend/diff/zero_order.h"
 
 namespace py = pybind11;
 
 namespace metafuse::diff {
 
+namespace {
+
+SolveOptions MakeOptions(double ridge, int64_t maxiter, double rtol,
+                         double atol, const TensorList& init) {
+  SolveOptions o;
+  o.ridge = ridge;
+  o.maxiter = maxiter;
+  o.rtol = rtol;
+  o.atol = atol;
+  o.init = init;
+  return o;
+}
+
+py::tuple ResultToPython(const SolveResult& r) {
+  return py::make_tuple(r.x, r.iterations, r.residual, r.target, r.converged);
+}
+
+}  // namespace
+
 void BindDiff(py::module_& parent) {
   py::module_ m = parent.def_submodule(
       "_diff", "Numeric cores of metafuse.diff (C++).");
+  // Linear solvers: each returns (x, iterations, residual, target, converged).
+  m.def(
+      "cg",
+      [](const MatVec& A, const TensorList& b, double ridge, int64_t maxiter,
+         double rtol, double atol, const TensorList& init) {
+        return ResultToPython(
+            ConjugateGradient(A, b, MakeOptions(ridge, maxiter, rtol, atol, init)));
+      },
+      py::arg("matvec"), py::arg("b"), py::arg("ridge"), py::arg("maxiter"),
+      py::arg("rtol"), py::arg("atol"), py::arg("init"));
+  m.def(
+      "normal_cg",
+      [](const MatVec& A, const MatVec& At, const TensorList& b, double ridge,
+         int64_t maxiter, double rtol, double atol, const TensorList& init) {
+        return ResultToPython(NormalConjugateGradient(
+            A, At, b, MakeOptions(ridge, maxiter, rtol, atol, init)));
+      },
+      py::arg("matvec"), py::arg("rmatvec"), py::arg("b"), py::arg("ridge"),
+      py::arg("maxiter"), py::arg("rtol"), py::arg("atol"), py::arg("init"));
+  m.def(
+      "neumann",
+      [](const MatVec& A, const TensorList& b, double alpha, double ridge,
+         int64_t maxiter, double rtol, double atol) {
+        return ResultToPython(NeumannSeries(
+            A, b, alpha, MakeOptions(ridge, maxiter, rtol, atol, {})));
+      },
+      py::arg("matvec"), py::arg("b"), py::arg("alpha"), py::arg("ridge"),
+      py::arg("maxiter"), py::arg("rtol"), py::arg("atol"));
+  m.def(
+      "dense",
+      [](const MatVec& A, const TensorList& b, double ridge) {
+        return ResultToPython(
+            DenseSolve(A, b, MakeOptions(ridge, -1, 0.0, 0.0, {})));
+      },
+      py::arg("matvec"), py::arg("b"), py::arg("ridge"));
   m.def(
       "combine_zero_order",
       [](const std::string& method, const at::Tensor& values,

@@ -1,0 +1,158 @@
+"""ImplicitMetaGradientModule: an inner problem as an nn.Module.
+
+    class InnerNet(ImplicitMetaGradientModule, linear_solve=solve_cg()):
+        def __init__(self, meta_net, lam):
+            super().__init__()
+            self.meta_net = meta_net          # meta: a module passed in
+            self.lam = lam                    # meta: a tensor passed in
+            self.head = torch.nn.Linear(...)  # inner: created here
+
+        def objective(self, x, y):            # or optimality(self, x, y)
+            return loss(self.head(self.meta_net(x)), y) + self.lam * ...
+
+        def solve(self, x, y):                # moves the inner parameters
+            ...                               # to the solution, in place
+            return self
+
+    inner = InnerNet(meta_net, lam).solve(x, y)
+    outer_loss(inner(x_val), y_val).backward()  # implicit meta-gradients
+
+Meta-parameters are found automatically: every tensor requiring grad and
+every parameter of every nn.Module passed to the constructor (buffers, e.g.
+of BatchNorm in eval mode, are constants). Inner parameters are all other
+parameters of the module. After ``solve`` the inner parameters are replaced
+by tensors whose backward is the implicit gradient (custom_root).
+"""
+
+import functools
+
+import torch
+
+from metafuse import tree as _tree
+from metafuse.diff.implicit import linear_solve as _linear_solve
+from metafuse.diff.implicit.custom_root import _ImplicitFunction
+
+__all__ = ["ImplicitMetaGradientModule"]
+
+
+def _meta_candidates(values):
+    """Tensors requiring grad and modules among constructor arguments."""
+    found = []
+    for leaf in _tree.leaves(values, is_leaf=lambda x: isinstance(x, torch.nn.Module)):
+        if isinstance(leaf, torch.nn.Module):
+            found.extend(p for p in leaf.parameters() if p.requires_grad)
+        elif isinstance(leaf, torch.Tensor) and leaf.requires_grad:
+            found.append(leaf)
+    return found
+
+
+class ImplicitMetaGradientModule(torch.nn.Module):
+    _linear_solve = None
+
+    def __init_subclass__(cls, linear_solve=None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if linear_solve is not None:
+            if not callable(linear_solve):
+                raise TypeError(f"{cls.__name__}: `linear_solve` must be a solver "
+                                "from metafuse.diff.implicit.linear_solve")
+            cls._linear_solve = linear_solve
+        if "__init__" in cls.__dict__:
+            user_init = cls.__dict__["__init__"]
+
+            @functools.wraps(user_init)
+            def __init__(self, *args, **kw):
+                user_init(self, *args, **kw)
+                # The outermost __init__ decides: it saw every argument.
+                if not getattr(self, "_meta_recorded", False):
+                    object.__setattr__(self, "_meta_recorded", True)
+                    object.__setattr__(self, "_meta_ids",
+                                       {id(t) for t in _meta_candidates((args, kw))})
+            cls.__init__ = __init__
+        if "solve" in cls.__dict__:
+            user_solve = cls.__dict__["solve"]
+
+            @functools.wraps(user_solve)
+            def solve(self, *args, **kw):
+                return _solve(self, user_solve, args, kw)
+            cls.solve = solve
+
+    # -- slots: every place a tensor sits in the module tree -----------------
+    def _slots(self):
+        slots = []
+        for module in self.modules():
+            for name, value in module._parameters.items():
+                if value is not None:
+                    slots.append((module._parameters, name, value))
+            for name, value in vars(module).items():
+                if isinstance(value, torch.Tensor) and not name.startswith("_"):
+                    slots.append((vars(module), name, value))
+        return slots
+
+
+def _partition(module):
+    """(meta slots, inner slots) in a stable order."""
+    meta_ids = getattr(module, "_meta_ids", set())
+    originals = getattr(module, "_implicit_originals", {})
+    meta, inner = [], []
+    for container, name, value in module._slots():
+        original = originals.get((id(container), name), (None, None, value))[2]
+        if id(original) in meta_ids:
+            meta.append((container, name, original))
+        elif isinstance(original, torch.nn.Parameter) and original.requires_grad:
+            inner.append((container, name, original))
+    return meta, inner
+
+
+def _solve(module, user_solve, args, kwargs):
+    name = type(module).__name__
+    has_optimality = callable(getattr(type(module), "optimality", None))
+    has_objective = callable(getattr(type(module), "objective", None))
+    if not (has_optimality or has_objective):
+        raise TypeError(f"{name} must define optimality(self, ...) or "
+                        "objective(self, ...)")
+    # Put the inner Parameters back (a previous solve replaced them).
+    originals = getattr(module, "_implicit_originals", {})
+    for _, (container, key, param) in originals.items():
+        container[key] = param
+    object.__setattr__(module, "_implicit_originals", {})
+    meta, inner = _partition(module)
+    if not inner:
+        raise ValueError(f"{name}: no inner parameters (nn.Parameters created "
+                         "in the module, not passed to its constructor)")
+    result = user_solve(module, *args, **kwargs)
+    solution = [p.detach().clone() for _, _, p in inner]
+    meta_tensors = [t for _, _, t in meta]
+
+    def optimality(x, metas):
+        saved = [(c, k, c[k]) for c, k, _ in meta + inner]
+        try:
+            for (c, k, _), t in zip(meta, metas):
+                c[k] = t
+            x_leaves = _tree.leaves(x)
+            for (c, k, _), t in zip(inner, x_leaves):
+                c[k] = t
+            if has_optimality:
+                return type(module).optimality(module, *args, **kwargs)
+            value = type(module).objective(module, *args, **kwargs)
+            if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                raise ValueError(f"{name}.objective must return a scalar tensor")
+            grads = torch.autograd.grad(value, x_leaves, create_graph=True,
+                                        allow_unused=True)
+            return [torch.zeros_like(t) if g is None else g
+                    for g, t in zip(grads, x_leaves)]
+        finally:
+            for c, k, v in saved:
+                c[k] = v
+
+    solve = type(module)._linear_solve or _linear_solve.solve_normal_cg()
+    spec = _tree.structure(list(solution))
+    plan = {"num_meta": len(meta_tensors), "solution": solution,
+            "solution_spec": spec, "meta_leaves": meta_tensors,
+            "optimality": optimality, "solve": solve}
+    outputs = _ImplicitFunction.apply(plan, *meta_tensors, *solution)
+    replaced = {}
+    for (container, key, param), out in zip(inner, outputs):
+        replaced[(id(container), key)] = (container, key, param)
+        container[key] = out
+    object.__setattr__(module, "_implicit_originals", replaced)
+    return module if result is None else result
