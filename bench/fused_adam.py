@@ -9,6 +9,8 @@ Parameters: a list of float32 tensors shaped like a small MLP/CNN
 --repeats repeats of --steps steps:
 
 forward (no autograd graph; every variant ends with updated parameters):
+  fused in-place  metafuse.ops.adam_multi_ (params += update, states
+                  overwritten: one pass, what torch.optim.Adam.step does)
   fused multi   metafuse.ops.adam_multi + torch._foreach_add_ (apply update)
   fused single  metafuse.ops.adam per tensor + add_
   torch.optim   Adam(foreach=False) and Adam(foreach=True), .step()
@@ -20,7 +22,8 @@ backward of sum(new_params * w) to grads and states:
   fused multi   metafuse.ops.adam_multi (closed-form backward)
   unfused       the plain ops, differentiated by autograd
 
-Ratios are baseline time / fused time (higher is better for metafuse).
+Ratios are variant time / fused time (the first row; higher is better for
+metafuse). --threads sets torch.set_num_threads (default: torch's choice).
 """
 
 import argparse
@@ -66,6 +69,15 @@ def timed(fn, steps, repeats):
 
 def forward_variants(params0, grads):
     variants = {}
+
+    pi = [p.clone() for p in params0]
+    sti = [[torch.zeros_like(p) for p in pi], [torch.zeros_like(p) for p in pi]]
+    ci = {"count": 0}
+
+    def fused_in_place():
+        ci["count"] += 1
+        ops.adam_multi_(grads, sti[0], sti[1], pi, count=ci["count"], **OPTS)
+    variants["fused in-place"] = fused_in_place
 
     ps = [p.clone() for p in params0]
     mus = [torch.zeros_like(p) for p in ps]
@@ -145,7 +157,10 @@ def main():
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     params, grads = make_params(args.scale)
     numel = sum(p.numel() for p in params)
@@ -156,9 +171,10 @@ def main():
                             ("forward + backward (differentiable step)",
                              backward_variants(params, grads))):
         times = {k: timed(fn, args.steps, args.repeats) for k, fn in variants.items()}
-        fused = times["fused multi"]
+        ref = "fused in-place" if "fused in-place" in times else "fused multi"
+        fused = times[ref]
         print(f"\n{title}")
-        print(f"| variant | ms / step | time / fused multi |")
+        print(f"| variant | ms / step | time / {ref} |")
         print(f"| --- | ---: | ---: |")
         for k, t in times.items():
             print(f"| {k} | {t * 1e3:.3f} | {t / fused:.2f}x |")

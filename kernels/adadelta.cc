@@ -90,6 +90,14 @@ std::tuple<TensorVec, TensorVec, TensorVec> adadelta_multi_impl(
   return {out.updates, out.states[0], out.states[1]};
 }
 
+void adadelta_multi_inplace_impl(
+    at::TensorList grads, at::TensorList square_avgs,
+    at::TensorList acc_deltas, at::TensorList params, double lr, double rho,
+    double eps, double weight_decay, bool maximize) {
+  const Adadelta::Hyper h{lr, rho, eps, weight_decay, maximize ? 1.0 : 0.0};
+  FusedStepInPlace<Adadelta>(h, params, grads, {square_avgs, acc_deltas});
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> adadelta_impl(
     const at::Tensor& grad, const at::Tensor& square_avg,
     const at::Tensor& acc_delta, const c10::optional<at::Tensor>& param,
@@ -130,6 +138,11 @@ TORCH_LIBRARY_FRAGMENT(metafuse, m) {
         "float eps=1e-6, float weight_decay=0.0, bool maximize=False) "
         "-> (Tensor[] updates, Tensor[] square_avgs, Tensor[] acc_deltas)",
         TORCH_FN(kernels::adadelta_multi_impl));
+  m.def("adadelta_multi_(Tensor[] grads, Tensor(a!)[] square_avgs, "
+        "Tensor(b!)[] acc_deltas, Tensor(c!)[] params, *, float lr=1.0, "
+        "float rho=0.9, float eps=1e-6, float weight_decay=0.0, "
+        "bool maximize=False) -> ()",
+        TORCH_FN(kernels::adadelta_multi_inplace_impl));
 }
 
 }  // namespace metafuse

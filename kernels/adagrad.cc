@@ -82,6 +82,15 @@ std::tuple<TensorVec, TensorVec> adagrad_multi_impl(
   return {out.updates, out.states[0]};
 }
 
+void adagrad_multi_inplace_impl(
+    at::TensorList grads, at::TensorList sums, at::TensorList params,
+    int64_t count, double lr, double lr_decay, double weight_decay, double eps,
+    double eps_root, bool maximize) {
+  const Adagrad::Hyper h{static_cast<double>(count), lr, lr_decay,
+                         weight_decay, eps, eps_root, maximize ? 1.0 : 0.0};
+  FusedStepInPlace<Adagrad>(h, params, grads, {sums});
+}
+
 std::tuple<at::Tensor, at::Tensor> adagrad_impl(
     const at::Tensor& grad, const at::Tensor& sum,
     const c10::optional<at::Tensor>& param, int64_t count, double lr,
@@ -124,6 +133,11 @@ TORCH_LIBRARY_FRAGMENT(metafuse, m) {
         "float eps=1e-10, float eps_root=0.0, bool maximize=False) "
         "-> (Tensor[] updates, Tensor[] sums)",
         TORCH_FN(kernels::adagrad_multi_impl));
+  m.def("adagrad_multi_(Tensor[] grads, Tensor(a!)[] sums, "
+        "Tensor(b!)[] params, *, int count, float lr=0.01, "
+        "float lr_decay=0.0, float weight_decay=0.0, float eps=1e-10, "
+        "float eps_root=0.0, bool maximize=False) -> ()",
+        TORCH_FN(kernels::adagrad_multi_inplace_impl));
 }
 
 }  // namespace metafuse

@@ -192,6 +192,10 @@ TORCH_LIBRARY_FRAGMENT(metafuse, m) {
         "Tensor[] params, *, " METAFUSE_ADAM_FAMILY_OPTIONS("0.001")
         ") -> (Tensor[] updates, Tensor[] mus, Tensor[] nus)",
         TORCH_FN(kernels::AdamFamily::Multi<Adam>));
+  m.def("adam_multi_(Tensor[] grads, Tensor(a!)[] mus, Tensor(b!)[] nus, "
+        "Tensor(c!)[] params, *, " METAFUSE_ADAM_FAMILY_OPTIONS("0.001")
+        ") -> ()",
+        TORCH_FN(kernels::AdamFamily::MultiInPlace<Adam>));
 }
 
 }  // namespace metafuse

@@ -72,6 +72,19 @@ struct AdamFamily {
     return {out.updates, out.states[0], out.states[1]};
   }
 
+  // In place: params += update, mus and nus overwritten.
+  template <class Opt>
+  static void MultiInPlace(at::TensorList grads, at::TensorList mus,
+                           at::TensorList nus, at::TensorList params,
+                           int64_t count, double lr, double b1, double b2,
+                           double eps, double eps_root, double weight_decay,
+                           bool decoupled_weight_decay, bool maximize) {
+    const Hyper h{static_cast<double>(count), lr, b1, b2, eps, eps_root,
+                  weight_decay, decoupled_weight_decay ? 1.0 : 0.0,
+                  maximize ? 1.0 : 0.0};
+    FusedStepInPlace<Opt>(h, params, grads, {mus, nus});
+  }
+
   template <class Opt>
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> Single(
       const at::Tensor& grad, const at::Tensor& mu, const at::Tensor& nu,

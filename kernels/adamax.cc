@@ -94,6 +94,15 @@ std::tuple<TensorVec, TensorVec, TensorVec> adamax_multi_impl(
   return {out.updates, out.states[0], out.states[1]};
 }
 
+void adamax_multi_inplace_impl(
+    at::TensorList grads, at::TensorList mus, at::TensorList inf_norms,
+    at::TensorList params, int64_t count, double lr, double b1, double b2,
+    double eps, double weight_decay, bool maximize) {
+  const Adamax::Hyper h{static_cast<double>(count), lr, b1, b2, eps,
+                        weight_decay, maximize ? 1.0 : 0.0};
+  FusedStepInPlace<Adamax>(h, params, grads, {mus, inf_norms});
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> adamax_impl(
     const at::Tensor& grad, const at::Tensor& mu, const at::Tensor& inf_norm,
     const c10::optional<at::Tensor>& param, int64_t count, double lr,
@@ -135,6 +144,11 @@ TORCH_LIBRARY_FRAGMENT(metafuse, m) {
         "bool maximize=False) -> (Tensor[] updates, Tensor[] mus, "
         "Tensor[] inf_norms)",
         TORCH_FN(kernels::adamax_multi_impl));
+  m.def("adamax_multi_(Tensor[] grads, Tensor(a!)[] mus, "
+        "Tensor(b!)[] inf_norms, Tensor(c!)[] params, *, int count, "
+        "float lr=0.002, float b1=0.9, float b2=0.999, float eps=1e-8, "
+        "float weight_decay=0.0, bool maximize=False) -> ()",
+        TORCH_FN(kernels::adamax_multi_inplace_impl));
 }
 
 }  // namespace metafuse

@@ -70,56 +70,150 @@ struct ChunkPtrs {
   }
 };
 
-// The hot loop: no branch depends on the element (kParam/kAux/kVariant are
+// What an element loop reads and writes besides grads and states.
+enum LoopMode : int {
+  kPlain = 0,     // no param read, no aux written
+  kParam = 1,     // param read (weight decay)
+  kAux = 2,       // aux written (autograd saves it)
+  kParamAux = 3,  // both
+  kInPlace = 4,   // param read and overwritten with param + update, states
+                  // overwritten; no aux (the in-place step is not
+                  // differentiable)
+};
+
+// The hot loop: no branch depends on the element (kMode and kVariant are
 // compile-time), every pointer is a local __restrict__ scalar and every
 // per-element value a scalar (no arrays: GCC would keep them in memory), so
-// `omp simd` turns it into packed arithmetic.
-template <class Opt, typename T, bool kParam, bool kAux, int kVariant>
+// `omp simd` turns it into packed arithmetic. In place, outputs are written
+// through the input pointers themselves (same index, after the read).
+template <class Opt, typename T, int kMode, int kVariant>
 MF_VECTORIZED_LOOP void ElementLoop(
     const typename Opt::template Coeffs<at::opmath_type<T>> c,
     const ChunkPtrs<T> ptr, int64_t n) {
   using A = at::opmath_type<T>;
+  constexpr bool kInPlaceMode = kMode == kInPlace;
+  constexpr bool kReadParam = (kMode & kParam) || kInPlaceMode;
   constexpr int S = Opt::NumStates(kVariant);
-  constexpr int X = kAux ? Opt::kNumAux : 0;
+  constexpr int X = (!kInPlaceMode && (kMode & kAux)) ? Opt::kNumAux : 0;
   const T* __restrict__ g = ptr.g;
   const T* __restrict__ p = ptr.p;
   const T* __restrict__ s0 = ptr.s[0];
   const T* __restrict__ s1 = ptr.s[1];
   const T* __restrict__ s2 = ptr.s[2];
-  T* __restrict__ u = ptr.u;
-  T* __restrict__ o0 = ptr.so[0];
-  T* __restrict__ o1 = ptr.so[1];
-  T* __restrict__ o2 = ptr.so[2];
-  T* __restrict__ x0 = ptr.aux[0];
-  T* __restrict__ x1 = ptr.aux[1];
+  if constexpr (kInPlaceMode) {
+    // Each value is read and then written through one pointer, at one index.
+    T* pw = const_cast<T*>(p);
+    T* w0 = const_cast<T*>(s0);
+    T* w1 = const_cast<T*>(s1);
+    T* w2 = const_cast<T*>(s2);
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    A upd, n0 = 0, n1 = 0, n2 = 0, a0 = 0, a1 = 0;
-    Opt::template Element<A, kVariant>(
-        c, static_cast<A>(g[i]), kParam ? static_cast<A>(p[i]) : A(0),
-        S > 0 ? static_cast<A>(s0[i]) : A(0),
-        S > 1 ? static_cast<A>(s1[i]) : A(0),
-        S > 2 ? static_cast<A>(s2[i]) : A(0), &upd, &n0, &n1, &n2, &a0, &a1);
-    u[i] = static_cast<T>(upd);
-    if (S > 0) o0[i] = static_cast<T>(n0);
-    if (S > 1) o1[i] = static_cast<T>(n1);
-    if (S > 2) o2[i] = static_cast<T>(n2);
-    if (X > 0) x0[i] = static_cast<T>(a0);
-    if (X > 1) x1[i] = static_cast<T>(a1);
+    for (int64_t i = 0; i < n; ++i) {
+      const A pi = static_cast<A>(pw[i]);
+      A upd, n0 = 0, n1 = 0, n2 = 0, a0 = 0, a1 = 0;
+      Opt::template Element<A, kVariant>(
+          c, static_cast<A>(g[i]), pi, S > 0 ? static_cast<A>(w0[i]) : A(0),
+          S > 1 ? static_cast<A>(w1[i]) : A(0),
+          S > 2 ? static_cast<A>(w2[i]) : A(0), &upd, &n0, &n1, &n2, &a0, &a1);
+      pw[i] = static_cast<T>(pi + upd);
+      if (S > 0) w0[i] = static_cast<T>(n0);
+      if (S > 1) w1[i] = static_cast<T>(n1);
+      if (S > 2) w2[i] = static_cast<T>(n2);
+    }
+  } else {
+    T* __restrict__ u = ptr.u;
+    T* __restrict__ o0 = ptr.so[0];
+    T* __restrict__ o1 = ptr.so[1];
+    T* __restrict__ o2 = ptr.so[2];
+    T* __restrict__ x0 = ptr.aux[0];
+    T* __restrict__ x1 = ptr.aux[1];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      A upd, n0 = 0, n1 = 0, n2 = 0, a0 = 0, a1 = 0;
+      Opt::template Element<A, kVariant>(
+          c, static_cast<A>(g[i]), kReadParam ? static_cast<A>(p[i]) : A(0),
+          S > 0 ? static_cast<A>(s0[i]) : A(0),
+          S > 1 ? static_cast<A>(s1[i]) : A(0),
+          S > 2 ? static_cast<A>(s2[i]) : A(0), &upd, &n0, &n1, &n2, &a0, &a1);
+      u[i] = static_cast<T>(upd);
+      if (S > 0) o0[i] = static_cast<T>(n0);
+      if (S > 1) o1[i] = static_cast<T>(n1);
+      if (S > 2) o2[i] = static_cast<T>(n2);
+      if (X > 0) x0[i] = static_cast<T>(a0);
+      if (X > 1) x1[i] = static_cast<T>(a1);
+    }
   }
 }
 
-template <class Opt, typename T, bool kParam, bool kAux, int V = 0>
+template <class Opt, typename T, int kMode, int V = 0>
 void RunVariant(int variant,
                 const typename Opt::template Coeffs<at::opmath_type<T>>& c,
                 const ChunkPtrs<T>& ptr, int64_t n) {
   if constexpr (V < Opt::kNumVariants) {
     if (variant == V) {
-      ElementLoop<Opt, T, kParam, kAux, V>(c, ptr, n);
+      ElementLoop<Opt, T, kMode, V>(c, ptr, n);
     } else {
-      RunVariant<Opt, T, kParam, kAux, V + 1>(variant, c, ptr, n);
+      RunVariant<Opt, T, kMode, V + 1>(variant, c, ptr, n);
     }
   }
+}
+
+template <class Opt, typename T>
+void RunMode(int mode, int variant,
+             const typename Opt::template Coeffs<at::opmath_type<T>>& c,
+             const ChunkPtrs<T>& ptr, int64_t n) {
+  switch (mode) {
+    case kPlain: return RunVariant<Opt, T, kPlain>(variant, c, ptr, n);
+    case kParam: return RunVariant<Opt, T, kParam>(variant, c, ptr, n);
+    case kAux: return RunVariant<Opt, T, kAux>(variant, c, ptr, n);
+    case kParamAux: return RunVariant<Opt, T, kParamAux>(variant, c, ptr, n);
+    default: return RunVariant<Opt, T, kInPlace>(variant, c, ptr, n);
+  }
+}
+
+// Runs the element loop over lists of contiguous tensors (states[j][k];
+// undefined outputs where the mode has none): one at::parallel_for over all
+// elements of all tensors.
+template <class Opt>
+void RunFusedLoop(const typename Opt::Hyper& h, int mode,
+                  const std::vector<at::Tensor>& g,
+                  const std::vector<at::Tensor>& p,
+                  const std::vector<std::vector<at::Tensor>>& s,
+                  const std::vector<at::Tensor>& u,
+                  const std::vector<std::vector<at::Tensor>>& so,
+                  const std::vector<std::vector<at::Tensor>>& aux) {
+  const size_t K = g.size();
+  if (K == 0) return;
+  const int variant = Opt::Variant(h);
+  std::vector<int64_t> sizes(K);
+  for (size_t k = 0; k < K; ++k) sizes[k] = g[k].numel();
+  const std::vector<int64_t> offsets = SegmentOffsets(sizes);
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, g[0].scalar_type(), Opt::kName, [&] {
+        using A = at::opmath_type<scalar_t>;
+        const auto coeffs = Opt::template MakeCoeffs<A>(h);
+        auto ptr_of = [](const at::Tensor& t) {
+          return t.defined() ? t.data_ptr<scalar_t>() : nullptr;
+        };
+        std::vector<ChunkPtrs<scalar_t>> ptrs(K);
+        for (size_t k = 0; k < K; ++k) {
+          auto& q = ptrs[k];
+          q.g = ptr_of(g[k]);
+          if (!p.empty()) q.p = ptr_of(p[k]);
+          if (!u.empty()) q.u = ptr_of(u[k]);
+          for (size_t j = 0; j < s.size(); ++j) q.s[j] = ptr_of(s[j][k]);
+          for (size_t j = 0; j < so.size(); ++j) q.so[j] = ptr_of(so[j][k]);
+          for (size_t x = 0; x < aux.size(); ++x) q.aux[x] = ptr_of(aux[x][k]);
+        }
+        at::parallel_for(
+            0, offsets.back(), at::internal::GRAIN_SIZE,
+            [&](int64_t begin, int64_t end) {
+              ForEachSegment(offsets, begin, end,
+                             [&](int64_t k, int64_t lo, int64_t hi) {
+                RunMode<Opt, scalar_t>(mode, variant, coeffs,
+                                       ptrs[k].Shift(lo), hi - lo);
+              });
+            });
+      });
 }
 
 // One list per role: grads[k], params[k] (empty list: no params),
@@ -201,55 +295,54 @@ StepOutputs FusedStepForward(const typename Opt::Hyper& h,
   if (with_aux) out.aux.resize(Opt::kNumAux);
   std::vector<at::Tensor> g(K), p(use_param ? K : 0);
   std::vector<std::vector<at::Tensor>> s(S, std::vector<at::Tensor>(K));
-  std::vector<int64_t> sizes(K);
   for (size_t k = 0; k < K; ++k) {
     g[k] = grads[k].contiguous();
     if (use_param) p[k] = params[k].contiguous();
     for (int j = 0; j < S; ++j) s[j][k] = states[j][k].contiguous();
-    sizes[k] = g[k].numel();
     out.updates.push_back(at::empty_like(g[k], at::MemoryFormat::Contiguous));
     for (int j = 0; j < S; ++j) out.states[j].push_back(at::empty_like(out.updates[k]));
     for (auto& a : out.aux) a.push_back(at::empty_like(out.updates[k]));
   }
-  if (K == 0) return out;
-  const std::vector<int64_t> offsets = SegmentOffsets(sizes);
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, g[0].scalar_type(), Opt::kName, [&] {
-        using A = at::opmath_type<scalar_t>;
-        const auto coeffs = Opt::template MakeCoeffs<A>(h);
-        std::vector<ChunkPtrs<scalar_t>> ptrs(K);
-        for (size_t k = 0; k < K; ++k) {
-          auto& q = ptrs[k];
-          q.g = g[k].data_ptr<scalar_t>();
-          if (use_param) q.p = p[k].data_ptr<scalar_t>();
-          q.u = out.updates[k].data_ptr<scalar_t>();
-          for (int j = 0; j < S; ++j) {
-            q.s[j] = s[j][k].data_ptr<scalar_t>();
-            q.so[j] = out.states[j][k].data_ptr<scalar_t>();
-          }
-          for (size_t x = 0; x < out.aux.size(); ++x) {
-            q.aux[x] = out.aux[x][k].data_ptr<scalar_t>();
-          }
-        }
-        at::parallel_for(
-            0, offsets.back(), at::internal::GRAIN_SIZE,
-            [&](int64_t begin, int64_t end) {
-              ForEachSegment(offsets, begin, end,
-                             [&](int64_t k, int64_t lo, int64_t hi) {
-                const ChunkPtrs<scalar_t> q = ptrs[k].Shift(lo);
-                if (use_param && with_aux) {
-                  RunVariant<Opt, scalar_t, true, true>(variant, coeffs, q, hi - lo);
-                } else if (use_param) {
-                  RunVariant<Opt, scalar_t, true, false>(variant, coeffs, q, hi - lo);
-                } else if (with_aux) {
-                  RunVariant<Opt, scalar_t, false, true>(variant, coeffs, q, hi - lo);
-                } else {
-                  RunVariant<Opt, scalar_t, false, false>(variant, coeffs, q, hi - lo);
-                }
-              });
-            });
-      });
+  const int mode = (use_param ? kParam : kPlain) | (with_aux ? kAux : kPlain);
+  RunFusedLoop<Opt>(h, mode, g, p, s, out.updates, out.states, out.aux);
   return out;
+}
+
+// The in-place step (torch.optim's job): param += update and the states
+// overwritten, one pass reading grad, param and states. Not differentiable:
+// use the functional op to differentiate through a step.
+template <class Opt>
+void FusedStepInPlace(const typename Opt::Hyper& h, at::TensorList params,
+                      at::TensorList grads,
+                      const std::vector<at::TensorList>& states) {
+  TORCH_CHECK(params.size() == grads.size(), "metafuse::", Opt::kName,
+              "_multi_: `params` must hold one tensor per gradient (",
+              grads.size(), "), got ", params.size());
+  CheckStepArgs<Opt>(h, grads, params, states);
+  const bool grad_mode = at::GradMode::is_enabled();
+  auto check_target = [&](const at::Tensor& t, const char* role, size_t k) {
+    TORCH_CHECK(t.is_contiguous(), "metafuse::", Opt::kName, "_multi_: `",
+                role, "` tensor ", k, " must be contiguous to be updated in "
+                "place");
+    TORCH_CHECK(!(grad_mode && t.requires_grad()), "metafuse::", Opt::kName,
+                "_multi_: `", role, "` tensor ", k, " requires grad; the "
+                "in-place step is not differentiable (call it under "
+                "torch.no_grad(), or use the functional ", Opt::kName,
+                "_multi to differentiate through the step)");
+  };
+  const size_t K = grads.size();
+  const int S = static_cast<int>(states.size());
+  std::vector<at::Tensor> g(K), p(params.begin(), params.end());
+  std::vector<std::vector<at::Tensor>> s(S);
+  for (size_t k = 0; k < K; ++k) {
+    check_target(params[k], "params", k);
+    g[k] = grads[k].contiguous();
+  }
+  for (int j = 0; j < S; ++j) {
+    for (size_t k = 0; k < K; ++k) check_target(states[j][k], Opt::StateName(j), k);
+    s[j].assign(states[j].begin(), states[j].end());
+  }
+  RunFusedLoop<Opt>(h, kInPlace, g, p, s, {}, {}, {});
 }
 
 // What the closed-form backward of one tensor sees. Undefined grad_* means

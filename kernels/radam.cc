@@ -117,6 +117,10 @@ TORCH_LIBRARY_FRAGMENT(metafuse, m) {
         "Tensor[] params, *, " METAFUSE_ADAM_FAMILY_OPTIONS("0.001")
         ") -> (Tensor[] updates, Tensor[] mus, Tensor[] nus)",
         TORCH_FN(kernels::AdamFamily::Multi<RAdam>));
+  m.def("radam_multi_(Tensor[] grads, Tensor(a!)[] mus, Tensor(b!)[] nus, "
+        "Tensor(c!)[] params, *, " METAFUSE_ADAM_FAMILY_OPTIONS("0.001")
+        ") -> ()",
+        TORCH_FN(kernels::AdamFamily::MultiInPlace<RAdam>));
 }
 
 }  // namespace metafuse

@@ -106,15 +106,11 @@ struct RmsProp {
   }
 };
 
-std::tuple<TensorVec, TensorVec, TensorVec, TensorVec> rmsprop_multi_impl(
-    at::TensorList grads, at::TensorList square_avgs, at::TensorList grad_avgs,
-    at::TensorList momentum_buffers, at::TensorList params, double lr,
-    double alpha, double eps, double eps_root, double weight_decay,
-    double momentum, bool centered, bool maximize) {
-  const RmsProp::Hyper h{lr,       alpha,
-                         eps,      eps_root,
-                         weight_decay, momentum,
-                         centered ? 1.0 : 0.0, maximize ? 1.0 : 0.0};
+// State lists in the kernel's order: square_avgs, [grad_avgs], [buffers].
+std::vector<at::TensorList> RmsPropStates(bool centered, double momentum,
+                                          at::TensorList square_avgs,
+                                          at::TensorList grad_avgs,
+                                          at::TensorList momentum_buffers) {
   TORCH_CHECK(centered || grad_avgs.empty(),
               "metafuse::rmsprop: `grad_avgs` is only used when centered=True; "
               "pass an empty list (None)");
@@ -124,11 +120,37 @@ std::tuple<TensorVec, TensorVec, TensorVec, TensorVec> rmsprop_multi_impl(
   std::vector<at::TensorList> states{square_avgs};
   if (centered) states.push_back(grad_avgs);
   if (momentum != 0.0) states.push_back(momentum_buffers);
-  StepOutputs out = FusedStep<RmsProp>(h, grads, params, states);
+  return states;
+}
+
+std::tuple<TensorVec, TensorVec, TensorVec, TensorVec> rmsprop_multi_impl(
+    at::TensorList grads, at::TensorList square_avgs, at::TensorList grad_avgs,
+    at::TensorList momentum_buffers, at::TensorList params, double lr,
+    double alpha, double eps, double eps_root, double weight_decay,
+    double momentum, bool centered, bool maximize) {
+  const RmsProp::Hyper h{lr, alpha, eps, eps_root, weight_decay, momentum,
+                         centered ? 1.0 : 0.0, maximize ? 1.0 : 0.0};
+  StepOutputs out = FusedStep<RmsProp>(
+      h, grads, params,
+      RmsPropStates(centered, momentum, square_avgs, grad_avgs,
+                    momentum_buffers));
   TensorVec ga, buf;
   if (centered) ga = out.states[1];
   if (momentum != 0.0) buf = out.states[centered ? 2 : 1];
   return {out.updates, out.states[0], ga, buf};
+}
+
+void rmsprop_multi_inplace_impl(
+    at::TensorList grads, at::TensorList square_avgs, at::TensorList grad_avgs,
+    at::TensorList momentum_buffers, at::TensorList params, double lr,
+    double alpha, double eps, double eps_root, double weight_decay,
+    double momentum, bool centered, bool maximize) {
+  const RmsProp::Hyper h{lr, alpha, eps, eps_root, weight_decay, momentum,
+                         centered ? 1.0 : 0.0, maximize ? 1.0 : 0.0};
+  FusedStepInPlace<RmsProp>(
+      h, params, grads,
+      RmsPropStates(centered, momentum, square_avgs, grad_avgs,
+                    momentum_buffers));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> rmsprop_impl(
@@ -185,6 +207,12 @@ TORCH_LIBRARY_FRAGMENT(metafuse, m) {
         "bool maximize=False) -> (Tensor[] updates, Tensor[] square_avgs, "
         "Tensor[] grad_avgs, Tensor[] momentum_buffers)",
         TORCH_FN(kernels::rmsprop_multi_impl));
+  m.def("rmsprop_multi_(Tensor[] grads, Tensor(a!)[] square_avgs, "
+        "Tensor(b!)[] grad_avgs, Tensor(c!)[] momentum_buffers, "
+        "Tensor(d!)[] params, *, float lr=0.01, float alpha=0.99, "
+        "float eps=1e-8, float eps_root=0.0, float weight_decay=0.0, "
+        "float momentum=0.0, bool centered=False, bool maximize=False) -> ()",
+        TORCH_FN(kernels::rmsprop_multi_inplace_impl));
 }
 
 }  // namespace metafuse

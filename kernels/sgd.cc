@@ -90,12 +90,8 @@ Sgd::Hyper MakeHyper(int64_t count, double lr, double momentum,
           nesterov ? 1.0 : 0.0, weight_decay, maximize ? 1.0 : 0.0};
 }
 
-std::tuple<TensorVec, TensorVec> sgd_multi_impl(
-    at::TensorList grads, at::TensorList momentum_buffers,
-    at::TensorList params, int64_t count, double lr, double momentum,
-    double dampening, bool nesterov, double weight_decay, bool maximize) {
-  const Sgd::Hyper h = MakeHyper(count, lr, momentum, dampening, nesterov,
-                                 weight_decay, maximize);
+std::vector<at::TensorList> SgdStates(const Sgd::Hyper& h,
+                                      at::TensorList momentum_buffers) {
   std::vector<at::TensorList> states;
   if (Sgd::Variant(h) == 1) {
     states.push_back(momentum_buffers);
@@ -105,8 +101,27 @@ std::tuple<TensorVec, TensorVec> sgd_multi_impl(
                 "pass an empty `momentum_buffers` (None), got ",
                 momentum_buffers.size(), " tensor(s)");
   }
+  return states;
+}
+
+std::tuple<TensorVec, TensorVec> sgd_multi_impl(
+    at::TensorList grads, at::TensorList momentum_buffers,
+    at::TensorList params, int64_t count, double lr, double momentum,
+    double dampening, bool nesterov, double weight_decay, bool maximize) {
+  const Sgd::Hyper h = MakeHyper(count, lr, momentum, dampening, nesterov,
+                                 weight_decay, maximize);
+  const std::vector<at::TensorList> states = SgdStates(h, momentum_buffers);
   StepOutputs out = FusedStep<Sgd>(h, grads, params, states);
   return {out.updates, out.states.empty() ? TensorVec() : out.states[0]};
+}
+
+void sgd_multi_inplace_impl(
+    at::TensorList grads, at::TensorList momentum_buffers,
+    at::TensorList params, int64_t count, double lr, double momentum,
+    double dampening, bool nesterov, double weight_decay, bool maximize) {
+  const Sgd::Hyper h = MakeHyper(count, lr, momentum, dampening, nesterov,
+                                 weight_decay, maximize);
+  FusedStepInPlace<Sgd>(h, params, grads, SgdStates(h, momentum_buffers));
 }
 
 std::tuple<at::Tensor, at::Tensor> sgd_impl(
@@ -152,6 +167,11 @@ TORCH_LIBRARY_FRAGMENT(metafuse, m) {
         "float dampening=0.0, bool nesterov=False, float weight_decay=0.0, "
         "bool maximize=False) -> (Tensor[] updates, Tensor[] momentum_buffers)",
         TORCH_FN(kernels::sgd_multi_impl));
+  m.def("sgd_multi_(Tensor[] grads, Tensor(a!)[] momentum_buffers, "
+        "Tensor(b!)[] params, *, int count, float lr, float momentum=0.0, "
+        "float dampening=0.0, bool nesterov=False, float weight_decay=0.0, "
+        "bool maximize=False) -> ()",
+        TORCH_FN(kernels::sgd_multi_inplace_impl));
 }
 
 }  // namespace metafuse

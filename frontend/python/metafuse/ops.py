@@ -69,12 +69,19 @@ def _fused_step(name):
 
     call.__name__ = name
     call.__qualname__ = name
-    call.__doc__ = (
-        f"Fused {name.replace('_multi', '')} step"
-        f"{' over lists of tensors (one parallel pass)' if name.endswith('_multi') else ''}"
-        f"; returns the update and the new states (param + update is the new "
-        f"parameter). Differentiable to any order (exact closed-form "
-        f"backward). See docs/kernels.md.\n\n    torch.ops.metafuse.{schema}")
+    base = name.split("_multi")[0]
+    if name.endswith("_multi_"):
+        what = (f"In-place fused {base} step over lists of tensors: params += "
+                f"update and the states overwritten, one parallel pass. Not "
+                f"differentiable (use {base}_multi for that).")
+    else:
+        what = (f"Fused {base} step"
+                f"{' over lists of tensors (one parallel pass)' if name.endswith('_multi') else ''}"
+                f"; returns the update and the new states (param + update is "
+                f"the new parameter). Differentiable to any order (exact "
+                f"closed-form backward).")
+    call.__doc__ = (f"{what} See docs/kernels.md.\n\n"
+                    f"    torch.ops.metafuse.{schema}")
     return call
 
 
@@ -83,6 +90,8 @@ _FUSED_STEPS = ("adam", "sgd", "rmsprop", "adagrad", "adamax", "adadelta",
 for _name in _FUSED_STEPS:
     globals()[_name] = _fused_step(_name)
     globals()[_name + "_multi"] = _fused_step(_name + "_multi")
+    # In place: params += update and states overwritten (not differentiable).
+    globals()[_name + "_multi_"] = _fused_step(_name + "_multi_")
 del _name
 
 

@@ -280,3 +280,45 @@ def test_adam_fused_first_order_backward_equals_differentiable_one(opts):
         assert (a is None) == (b is None)
         if a is not None:
             torch.testing.assert_close(a, b.detach(), rtol=1e-13, atol=1e-15)
+
+
+# --- in-place multi-tensor step (what torch.optim-style classes call) -------
+
+@pytest.mark.parametrize("name, opts, n_states", [
+    ("adam", dict(count=3, lr=0.1, eps_root=1e-8, weight_decay=0.1), 2),
+    ("adam", dict(count=1, lr=0.1), 2),
+    ("sgd", dict(count=2, lr=0.1, momentum=0.9, nesterov=True), 1),
+    ("sgd", dict(count=2, lr=0.1), 0),
+    ("rmsprop", dict(lr=0.1, momentum=0.9, centered=True), 3),
+    ("adagrad", dict(count=2, lr=0.1, weight_decay=0.1), 1),
+    ("adamax", dict(count=2), 2),
+    ("adadelta", dict(weight_decay=0.1), 2),
+    ("radam", dict(count=9, decoupled_weight_decay=True, weight_decay=0.1), 2),
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_in_place_multi_step_equals_functional(name, opts, n_states, dtype):
+    grads, states, params = _lists(max(n_states, 1), dtype=dtype)
+    if n_states == 0:
+        states = [[]]
+    if name == "rmsprop":
+        states[0] = [a + b * b for a, b in zip(*states[:2])]
+    functional = getattr(OPS, name + "_multi")(grads, *states, params, **opts)
+    p2 = [p.clone() for p in params]
+    s2 = [[t.clone() for t in l] for l in states]
+    getattr(OPS, name + "_multi_")(grads, *s2, p2, **opts)
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-14, atol=1e-15)
+    for k in range(len(params)):
+        torch.testing.assert_close(p2[k], params[k] + functional[0][k], **tol)
+        for j, l in enumerate(s2):
+            if l:
+                torch.testing.assert_close(l[k], functional[1 + j][k], **tol)
+
+
+def test_in_place_step_refuses_tensors_that_require_grad():
+    p = [torch.randn(3, requires_grad=True)]
+    with pytest.raises(RuntimeError, match="in-place step is not differentiable"):
+        OPS.adam_multi_([torch.randn(3)], [torch.zeros(3)], [torch.zeros(3)], p,
+                        count=1)
+    with torch.no_grad():
+        OPS.adam_multi_([torch.randn(3)], [torch.zeros(3)], [torch.zeros(3)], p,
+                        count=1)
