@@ -41,3 +41,23 @@ def test_every_op_has_a_documented_wrapper():
 def test_bad_arguments_are_named(call, message):
     with pytest.raises(TypeError, match=message):
         call()
+
+
+@torch.jit.script
+def _scripted_adam(g: torch.Tensor, mu: torch.Tensor, nu: torch.Tensor):
+    return torch.ops.metafuse.adam_multi([g], [mu], [nu], [], count=3, lr=0.1)
+
+
+def test_torchscript_and_tracing_see_the_operator():
+    g, mu, nu = torch.randn(5), torch.randn(5), torch.rand(5)
+    scripted = _scripted_adam(g, mu, nu)
+    eager = torch.ops.metafuse.adam(g, mu, nu, None, count=3, lr=0.1)
+    for a, b in zip(scripted, eager):
+        assert torch.equal(a[0], b)
+
+    def step(g, mu, nu):
+        return torch.ops.metafuse.adam(g, mu, nu, None, count=2, lr=0.1)[0]
+
+    traced = torch.jit.trace(step, (g, mu, nu))
+    assert "metafuse::adam" in str(traced.graph)
+    assert torch.equal(traced(g, mu, nu), step(g, mu, nu))
