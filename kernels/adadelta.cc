@@ -36,14 +36,8 @@ struct Adadelta {
 
   template <typename A>
   static Coeffs<A> MakeCoeffs(const Hyper& h) {
-    Coeffs<A> c;
-    c.sign = static_cast<A>(SignOf(h.maximize));
-    c.l2 = static_cast<A>(h.weight_decay);
-    c.rho = static_cast<A>(h.rho);
-    c.one_minus_rho = static_cast<A>(1.0 - h.rho);
-    c.eps = static_cast<A>(h.eps);
-    c.lr = static_cast<A>(h.lr);
-    return c;
+    return MakeAdadeltaCoeffs<A>(h.lr, h.rho, h.eps, h.weight_decay,
+                                 h.maximize != 0.0);
   }
 
   template <typename A, int V>

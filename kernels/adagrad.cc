@@ -38,13 +38,9 @@ struct Adagrad {
 
   template <typename A>
   static Coeffs<A> MakeCoeffs(const Hyper& h) {
-    Coeffs<A> c;
-    c.sign = static_cast<A>(SignOf(h.maximize));
-    c.l2 = static_cast<A>(h.weight_decay);
-    c.eps_root = static_cast<A>(h.eps_root);
-    c.eps = static_cast<A>(h.eps);
-    c.clr = static_cast<A>(Clr(h));
-    return c;
+    return MakeAdagradCoeffs<A>(static_cast<int64_t>(h.count), h.lr,
+                                h.lr_decay, h.weight_decay, h.eps, h.eps_root,
+                                h.maximize != 0.0);
   }
 
   template <typename A, int V>

@@ -41,15 +41,8 @@ struct Adamax {
 
   template <typename A>
   static Coeffs<A> MakeCoeffs(const Hyper& h) {
-    Coeffs<A> c;
-    c.sign = static_cast<A>(SignOf(h.maximize));
-    c.l2 = static_cast<A>(h.weight_decay);
-    c.b1 = static_cast<A>(h.b1);
-    c.one_minus_b1 = static_cast<A>(1.0 - h.b1);
-    c.b2 = static_cast<A>(h.b2);
-    c.eps = static_cast<A>(h.eps);
-    c.step = static_cast<A>(Step(h));
-    return c;
+    return MakeAdamaxCoeffs<A>(static_cast<int64_t>(h.count), h.lr, h.b1, h.b2,
+                               h.eps, h.weight_decay, h.maximize != 0.0);
   }
 
   template <typename A, int V>

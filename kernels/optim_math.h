@@ -9,8 +9,9 @@
 //     (sign = -1 when maximizing; l2 = weight_decay for coupled decay);
 //   * `aux` outputs are saved intermediates (square roots) that the
 //     closed-form backward reuses instead of recomputing them.
-// Coefficients are precomputed on the host from the step count, so the
-// element functions hold no branches and vectorize.
+// Coefficients are precomputed on the host from the step count (Make*Coeffs,
+// shared by the CPU ops and the CUDA callers), so the element functions hold
+// no branches and vectorize.
 #pragma once
 
 #include <cmath>
@@ -101,6 +102,27 @@ struct SgdCoeffs {
 };
 
 template <typename A>
+inline SgdCoeffs<A> MakeSgdCoeffs(int64_t count, double lr, double momentum,
+                                  double dampening, bool nesterov,
+                                  double weight_decay, bool maximize) {
+  const bool first = count == 1;
+  SgdCoeffs<A> c;
+  c.sign = static_cast<A>(maximize ? -1.0 : 1.0);
+  c.l2 = static_cast<A>(weight_decay);
+  c.keep = static_cast<A>(first ? 0.0 : momentum);
+  c.take = static_cast<A>(first ? 1.0 : 1.0 - dampening);
+  if (momentum == 0.0) {  // update = -lr ge, no buffer
+    c.nest_g = A(1);
+    c.nest_b = A(0);
+  } else {
+    c.nest_g = static_cast<A>(nesterov ? 1.0 : 0.0);
+    c.nest_b = static_cast<A>(nesterov ? momentum : 1.0);
+  }
+  c.lr = static_cast<A>(lr);
+  return c;
+}
+
+template <typename A>
 MF_HD void SgdElement(const SgdCoeffs<A>& c, A g, A p, A buf, A* update,
                       A* buf_out) {
   const A ge = c.sign * g + c.l2 * p;
@@ -117,6 +139,24 @@ template <typename A>
 struct RmsPropCoeffs {
   A sign, l2, alpha, one_minus_alpha, centered, eps_root, eps, momentum, lr;
 };
+
+template <typename A>
+inline RmsPropCoeffs<A> MakeRmsPropCoeffs(double lr, double alpha, double eps,
+                                          double eps_root, double weight_decay,
+                                          double momentum, bool centered,
+                                          bool maximize) {
+  RmsPropCoeffs<A> c;
+  c.sign = static_cast<A>(maximize ? -1.0 : 1.0);
+  c.l2 = static_cast<A>(weight_decay);
+  c.alpha = static_cast<A>(alpha);
+  c.one_minus_alpha = static_cast<A>(1.0 - alpha);
+  c.centered = static_cast<A>(centered ? 1.0 : 0.0);
+  c.eps_root = static_cast<A>(eps_root);
+  c.eps = static_cast<A>(eps);
+  c.momentum = static_cast<A>(momentum);
+  c.lr = static_cast<A>(lr);
+  return c;
+}
 
 template <typename A>
 MF_HD void RmsPropElement(const RmsPropCoeffs<A>& c, A g, A p, A sq, A ga,
@@ -142,6 +182,20 @@ struct AdagradCoeffs {
 };
 
 template <typename A>
+inline AdagradCoeffs<A> MakeAdagradCoeffs(int64_t count, double lr,
+                                          double lr_decay, double weight_decay,
+                                          double eps, double eps_root,
+                                          bool maximize) {
+  AdagradCoeffs<A> c;
+  c.sign = static_cast<A>(maximize ? -1.0 : 1.0);
+  c.l2 = static_cast<A>(weight_decay);
+  c.eps_root = static_cast<A>(eps_root);
+  c.eps = static_cast<A>(eps);
+  c.clr = static_cast<A>(lr / (1.0 + static_cast<double>(count - 1) * lr_decay));
+  return c;
+}
+
+template <typename A>
 MF_HD void AdagradElement(const AdagradCoeffs<A>& c, A g, A p, A ss,
                           A* update, A* ss_out, A* root) {
   const A ge = c.sign * g + c.l2 * p;
@@ -159,6 +213,21 @@ template <typename A>
 struct AdamaxCoeffs {
   A sign, l2, b1, one_minus_b1, b2, eps, step;
 };
+
+template <typename A>
+inline AdamaxCoeffs<A> MakeAdamaxCoeffs(int64_t count, double lr, double b1,
+                                        double b2, double eps,
+                                        double weight_decay, bool maximize) {
+  AdamaxCoeffs<A> c;
+  c.sign = static_cast<A>(maximize ? -1.0 : 1.0);
+  c.l2 = static_cast<A>(weight_decay);
+  c.b1 = static_cast<A>(b1);
+  c.one_minus_b1 = static_cast<A>(1.0 - b1);
+  c.b2 = static_cast<A>(b2);
+  c.eps = static_cast<A>(eps);
+  c.step = static_cast<A>(lr / (1.0 - std::pow(b1, static_cast<double>(count))));
+  return c;
+}
 
 template <typename A>
 MF_HD void AdamaxElement(const AdamaxCoeffs<A>& c, A g, A p, A mu, A inf,
@@ -182,6 +251,20 @@ template <typename A>
 struct AdadeltaCoeffs {
   A sign, l2, rho, one_minus_rho, eps, lr;
 };
+
+template <typename A>
+inline AdadeltaCoeffs<A> MakeAdadeltaCoeffs(double lr, double rho, double eps,
+                                            double weight_decay,
+                                            bool maximize) {
+  AdadeltaCoeffs<A> c;
+  c.sign = static_cast<A>(maximize ? -1.0 : 1.0);
+  c.l2 = static_cast<A>(weight_decay);
+  c.rho = static_cast<A>(rho);
+  c.one_minus_rho = static_cast<A>(1.0 - rho);
+  c.eps = static_cast<A>(eps);
+  c.lr = static_cast<A>(lr);
+  return c;
+}
 
 template <typename A>
 MF_HD void AdadeltaElement(const AdadeltaCoeffs<A>& c, A g, A p, A sq, A acc,
@@ -208,6 +291,50 @@ struct RAdamCoeffs {
   A sign, l2, b1, one_minus_b1, b2, one_minus_b2, eps_root, eps, rect_step,
       plain_step, rectified, decoupled;
 };
+
+// RAdam's host-side step sizes for step `count`: whether the step is
+// rectified (rho_t > 5) and K = lr * rect * sqrt(bc2) / bc1 when it is.
+struct RAdamSteps {
+  bool rectified;
+  double rect_step, plain_step;
+};
+
+inline RAdamSteps MakeRAdamSteps(int64_t count, double lr, double b1,
+                                 double b2) {
+  const double t = static_cast<double>(count);
+  const double bc1 = 1.0 - std::pow(b1, t), bc2 = 1.0 - std::pow(b2, t);
+  const double rho_inf = 2.0 / (1.0 - b2) - 1.0;
+  const double rho_t = rho_inf - 2.0 * t * std::pow(b2, t) / bc2;
+  RAdamSteps s{rho_t > 5.0, 0.0, lr / bc1};
+  if (s.rectified) {
+    const double rect = std::sqrt((rho_t - 4.0) * (rho_t - 2.0) * rho_inf /
+                                  ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t));
+    s.rect_step = lr * rect * std::sqrt(bc2) / bc1;
+  }
+  return s;
+}
+
+template <typename A>
+inline RAdamCoeffs<A> MakeRAdamCoeffs(int64_t count, double lr, double b1,
+                                      double b2, double eps, double eps_root,
+                                      double weight_decay, bool decoupled,
+                                      bool maximize) {
+  const RAdamSteps steps = MakeRAdamSteps(count, lr, b1, b2);
+  RAdamCoeffs<A> c;
+  c.sign = static_cast<A>(maximize ? -1.0 : 1.0);
+  c.l2 = static_cast<A>(decoupled ? 0.0 : weight_decay);
+  c.b1 = static_cast<A>(b1);
+  c.one_minus_b1 = static_cast<A>(1.0 - b1);
+  c.b2 = static_cast<A>(b2);
+  c.one_minus_b2 = static_cast<A>(1.0 - b2);
+  c.eps_root = static_cast<A>(eps_root);
+  c.eps = static_cast<A>(eps);
+  c.rect_step = static_cast<A>(steps.rect_step);
+  c.plain_step = static_cast<A>(steps.plain_step);
+  c.rectified = static_cast<A>(steps.rectified ? 1.0 : 0.0);
+  c.decoupled = static_cast<A>(decoupled ? lr * weight_decay : 0.0);
+  return c;
+}
 
 template <typename A>
 MF_HD void RAdamElement(const RAdamCoeffs<A>& c, A g, A p, A mu, A nu,

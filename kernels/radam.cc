@@ -16,19 +16,8 @@ struct RAdam : AdamFamily {
   template <typename A>
   using Coeffs = RAdamCoeffs<A>;
 
-  static double RhoInf(const Hyper& h) { return 2.0 / (1.0 - h.b2) - 1.0; }
-  static double RhoT(const Hyper& h) {
-    return RhoInf(h) - 2.0 * h.count * std::pow(h.b2, h.count) / Bc2(h);
-  }
-  static bool Rectified(const Hyper& h) { return RhoT(h) > 5.0; }
-  // lr * rect * sqrt(bc2) / bc1 (torch.optim's adaptive step).
-  static double RectStep(const Hyper& h) {
-    if (!Rectified(h)) return 0.0;
-    const double rho_inf = RhoInf(h), rho_t = RhoT(h);
-    const double rect =
-        std::sqrt((rho_t - 4.0) * (rho_t - 2.0) * rho_inf /
-                  ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t));
-    return h.lr * rect * std::sqrt(Bc2(h)) / Bc1(h);
+  static RAdamSteps Steps(const Hyper& h) {
+    return MakeRAdamSteps(static_cast<int64_t>(h.count), h.lr, h.b1, h.b2);
   }
 
   static void Check(const Hyper& h) {
@@ -41,20 +30,9 @@ struct RAdam : AdamFamily {
 
   template <typename A>
   static Coeffs<A> MakeCoeffs(const Hyper& h) {
-    Coeffs<A> c;
-    c.sign = static_cast<A>(Sign(h));
-    c.l2 = static_cast<A>(L2(h));
-    c.b1 = static_cast<A>(h.b1);
-    c.one_minus_b1 = static_cast<A>(1.0 - h.b1);
-    c.b2 = static_cast<A>(h.b2);
-    c.one_minus_b2 = static_cast<A>(1.0 - h.b2);
-    c.eps_root = static_cast<A>(h.eps_root);
-    c.eps = static_cast<A>(h.eps);
-    c.rect_step = static_cast<A>(RectStep(h));
-    c.plain_step = static_cast<A>(h.lr / Bc1(h));
-    c.rectified = static_cast<A>(Rectified(h) ? 1.0 : 0.0);
-    c.decoupled = static_cast<A>(Decoupled(h));
-    return c;
+    return MakeRAdamCoeffs<A>(static_cast<int64_t>(h.count), h.lr, h.b1, h.b2,
+                              h.eps, h.eps_root, h.weight_decay,
+                              h.decoupled != 0.0, h.maximize != 0.0);
   }
 
   template <typename A, int V>
@@ -63,7 +41,7 @@ struct RAdam : AdamFamily {
     RAdamElement<A>(c, g, p, s0, s1, u, o0, o1, x0);
   }
 
-  // Rectified: update = -K mu' / D - dec p, D = r + eps, K = RectStep:
+  // Rectified: update = -K mu' / D - dec p, D = r + eps, K = rect_step:
   //   G_mu' = grad_mu' - K gu / D,  G_r = grad_r + K gu mu' / D^2
   // Otherwise: update = -(lr/bc1) mu' - dec p, G_r = grad_r.
   //   G_nu' = grad_nu' + G_r / (2 r)
@@ -71,13 +49,14 @@ struct RAdam : AdamFamily {
                                           const SavedStep& s) {
     const at::Tensor& r = s.aux[0];
     at::Tensor g_mu, g_r = s.grad_aux[0];
-    if (Rectified(h)) {
+    const RAdamSteps steps = Steps(h);
+    if (steps.rectified) {
       const at::Tensor d = r + h.eps;
-      const at::Tensor t = s.grad_u * RectStep(h) / d;
+      const at::Tensor t = s.grad_u * steps.rect_step / d;
       g_mu = s.grad_s[0] - t;
       g_r = AddOpt(t * s.s_out[0] / d, g_r);
     } else {
-      g_mu = s.grad_s[0] - s.grad_u * (h.lr / Bc1(h));
+      g_mu = s.grad_s[0] - s.grad_u * steps.plain_step;
     }
     const at::Tensor g_nu =
         g_r.defined() ? s.grad_s[1] + g_r / r * 0.5 : s.grad_s[1];

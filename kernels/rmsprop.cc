@@ -47,17 +47,9 @@ struct RmsProp {
 
   template <typename A>
   static Coeffs<A> MakeCoeffs(const Hyper& h) {
-    Coeffs<A> c;
-    c.sign = static_cast<A>(SignOf(h.maximize));
-    c.l2 = static_cast<A>(h.weight_decay);
-    c.alpha = static_cast<A>(h.alpha);
-    c.one_minus_alpha = static_cast<A>(1.0 - h.alpha);
-    c.centered = static_cast<A>(h.centered);
-    c.eps_root = static_cast<A>(h.eps_root);
-    c.eps = static_cast<A>(h.eps);
-    c.momentum = static_cast<A>(h.momentum);
-    c.lr = static_cast<A>(h.lr);
-    return c;
+    return MakeRmsPropCoeffs<A>(h.lr, h.alpha, h.eps, h.eps_root,
+                                h.weight_decay, h.momentum, h.centered != 0.0,
+                                h.maximize != 0.0);
   }
 
   template <typename A, int V>

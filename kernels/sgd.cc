@@ -23,14 +23,6 @@ struct Sgd {
   static const char* StateName(int) { return "momentum_buffers"; }
   static int Variant(const Hyper& h) { return h.momentum != 0.0 ? 1 : 0; }
   static bool UsesParam(const Hyper& h) { return h.weight_decay != 0.0; }
-  // torch.optim stores the plain gradient on the first step.
-  static double Keep(const Hyper& h) { return h.count == 1 ? 0.0 : h.momentum; }
-  static double Take(const Hyper& h) {
-    return h.count == 1 ? 1.0 : 1.0 - h.dampening;
-  }
-  static double NestG(const Hyper& h) { return h.nesterov ? 1.0 : 0.0; }
-  static double NestB(const Hyper& h) { return h.nesterov ? h.momentum : 1.0; }
-
   static void Check(const Hyper& h) {
     CheckCount(kName, static_cast<int64_t>(h.count));
     TORCH_CHECK(h.momentum >= 0.0,
@@ -43,15 +35,9 @@ struct Sgd {
 
   template <typename A>
   static Coeffs<A> MakeCoeffs(const Hyper& h) {
-    Coeffs<A> c;
-    c.sign = static_cast<A>(SignOf(h.maximize));
-    c.l2 = static_cast<A>(h.weight_decay);
-    c.keep = static_cast<A>(Keep(h));
-    c.take = static_cast<A>(Take(h));
-    c.nest_g = static_cast<A>(Variant(h) == 1 ? NestG(h) : 1.0);
-    c.nest_b = static_cast<A>(Variant(h) == 1 ? NestB(h) : 0.0);
-    c.lr = static_cast<A>(h.lr);
-    return c;
+    return MakeSgdCoeffs<A>(static_cast<int64_t>(h.count), h.lr, h.momentum,
+                            h.dampening, h.nesterov != 0.0, h.weight_decay,
+                            h.maximize != 0.0);
   }
 
   template <typename A, int V>
@@ -71,9 +57,11 @@ struct Sgd {
     if (variant == 0) {
       grad_ge = s.grad_u * -h.lr;
     } else {
-      const at::Tensor g_buf = s.grad_s[0] - s.grad_u * (h.lr * NestB(h));
-      grad_buf = g_buf * Keep(h);
-      grad_ge = g_buf * Take(h);
+      // The forward's own coefficients (torch.optim's first step included).
+      const SgdCoeffs<double> c = MakeCoeffs<double>(h);
+      const at::Tensor g_buf = s.grad_s[0] - s.grad_u * (h.lr * c.nest_b);
+      grad_buf = g_buf * c.keep;
+      grad_ge = g_buf * c.take;
       if (h.nesterov) grad_ge = grad_ge - s.grad_u * h.lr;
     }
     std::vector<at::Tensor> out = GradsFromEffective(
