@@ -51,7 +51,7 @@ struct AdamGradTensor {
 // to kTensorsPerLaunch tensors, each launch parallel over the batch's total
 // element count. Every launch is checked; the first failure is returned
 // (cudaSuccess otherwise) and `failed_launch` says which batch failed.
-constexpr int kTensorsPerLaunch = 32;
+constexpr int kTensorsPerLaunch = 32;  // = kBatchCapacity (batch_launch.cuh)
 
 template <typename T>
 cudaError_t AdamMultiForward(const AdamCoeffs<T>& coeffs,

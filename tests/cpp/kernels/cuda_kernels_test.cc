@@ -1,15 +1,18 @@
-// The nvcc-built Adam kernels against the CPU operator (forward, and the
-// first-order backward against the CPU autograd path), on a GPU. Without one
+// The nvcc-built kernels against the CPU operators (every optimizer's
+// forward, Adam's first-order backward against the CPU autograd path), on a
+// GPU. Without one
 // every test skips with the driver's own explanation.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "kernels/cuda/adam_kernels.h"
 #include "kernels/cuda/launch_geometry.h"
+#include "kernels/cuda/step_kernels.h"
 #include "kernels/optimizers.h"
 #include "runtime/cuda_driver.h"
 
@@ -154,6 +157,130 @@ TEST(CudaAdam, LargeTensorUsesTheGridStrideLoop) {
   SKIP_WITHOUT_GPU();
   // More than kMaxBlocks * kBlockSize elements: threads loop.
   RunAgainstCpu<float>(torch::kFloat32, {kMaxBlocks * kBlockSize + 3}, 1e-4);
+}
+
+// The other optimizers' forward: state slots as in step_kernels.h, compared
+// with the CPU op on tensors whose sizes end in 1024k + 1..3.
+using CpuStep = std::function<std::vector<at::Tensor>(
+    const at::Tensor& g, const std::vector<at::Tensor>& s, const at::Tensor& p)>;
+
+template <typename T, typename Coeffs>
+void CheckStep(cudaError_t (*gpu)(const Coeffs&, const StepTensor<T>*, int,
+                                  cudaStream_t, int*),
+               const Coeffs& coeffs, const std::vector<bool>& slots,
+               const CpuStep& cpu, at::ScalarType dtype, double tol) {
+  torch::manual_seed(1);
+  const std::vector<int64_t> sizes = {1025, 2051, 3, 0, 1};
+  Device dev;
+  std::vector<StepTensor<T>> tensors(sizes.size());
+  std::vector<std::vector<at::Tensor>> expected;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const int64_t n = sizes[k];
+    at::Tensor g = torch::randn({n}, dtype), p = torch::randn({n}, dtype);
+    std::vector<at::Tensor> s(3);
+    for (int j = 0; j < 3; ++j) {
+      // Slot 0 dominates slot 1 squared (centered RMSProp stays defined).
+      if (slots[j]) s[j] = j == 1 ? torch::rand({n}, dtype) * 0.1 + 0.1
+                                  : torch::rand({n}, dtype) + 1.0;
+    }
+    expected.push_back(cpu(g, s, p));
+    auto& t = tensors[k];
+    t.grad = dev.Upload<T>(g);
+    t.param = dev.Upload<T>(p);
+    t.update = dev.Alloc<T>(n);
+    for (int j = 0; j < 3; ++j) {
+      if (!slots[j]) continue;
+      t.state[j] = dev.Upload<T>(s[j]);
+      t.state_out[j] = dev.Alloc<T>(n);
+    }
+    t.n = n;
+  }
+  int failed = -1;
+  ASSERT_EQ(gpu(coeffs, tensors.data(), static_cast<int>(tensors.size()),
+                dev.stream(), &failed),
+            cudaSuccess)
+      << "launch " << failed;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const T* outs[4] = {tensors[k].update, tensors[k].state_out[0],
+                        tensors[k].state_out[1], tensors[k].state_out[2]};
+    for (int j = 0; j < 4; ++j) {
+      if (j > 0 && !slots[j - 1]) continue;
+      at::Tensor back = dev.Download(outs[j], sizes[k], dtype);
+      EXPECT_TRUE(torch::allclose(back, expected[k][j], tol, tol))
+          << "tensor " << k << " (n = " << sizes[k] << "), output " << j;
+    }
+  }
+}
+
+std::vector<at::Tensor> Vec(std::initializer_list<at::Tensor> l) { return l; }
+
+TEST(CudaSteps, EveryOptimizerMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const auto f64 = torch::kFloat64;
+  CheckStep<double>(&SgdMultiForward<double>,
+                    MakeSgdCoeffs<double>(2, 0.1, 0.9, 0.0, true, 0.01, false),
+                    {true, false, false},
+                    [](auto g, auto s, auto p) {
+                      auto [u, b] = sgd(g, s[0], p, 2, 0.1, 0.9, 0.0, true, 0.01, false);
+                      return Vec({u, b});
+                    },
+                    f64, 1e-12);
+  CheckStep<double>(&RmsPropMultiForward<double>,
+                    MakeRmsPropCoeffs<double>(0.01, 0.9, 1e-3, 1e-6, 0.1, 0.5, true, true),
+                    {true, true, true},
+                    [](auto g, auto s, auto p) {
+                      auto [u, a, b, c] = rmsprop(g, s[0], s[1], s[2], p, 0.01, 0.9, 1e-3,
+                                                  1e-6, 0.1, 0.5, true, true);
+                      return Vec({u, a, b, c});
+                    },
+                    f64, 1e-12);
+  CheckStep<double>(&AdagradMultiForward<double>,
+                    MakeAdagradCoeffs<double>(3, 0.1, 0.1, 0.1, 1e-3, 1e-6, false),
+                    {true, false, false},
+                    [](auto g, auto s, auto p) {
+                      auto [u, a] = adagrad(g, s[0], p, 3, 0.1, 0.1, 0.1, 1e-3, 1e-6, false);
+                      return Vec({u, a});
+                    },
+                    f64, 1e-12);
+  CheckStep<double>(&AdamaxMultiForward<double>,
+                    MakeAdamaxCoeffs<double>(4, 0.002, 0.9, 0.999, 1e-3, 0.1, true),
+                    {true, true, false},
+                    [](auto g, auto s, auto p) {
+                      auto [u, a, b] = adamax(g, s[0], s[1], p, 4, 0.002, 0.9, 0.999,
+                                              1e-3, 0.1, true);
+                      return Vec({u, a, b});
+                    },
+                    f64, 1e-12);
+  CheckStep<double>(&AdadeltaMultiForward<double>,
+                    MakeAdadeltaCoeffs<double>(0.5, 0.8, 1e-3, 0.1, false),
+                    {true, true, false},
+                    [](auto g, auto s, auto p) {
+                      auto [u, a, b] = adadelta(g, s[0], s[1], p, 0.5, 0.8, 1e-3, 0.1, false);
+                      return Vec({u, a, b});
+                    },
+                    f64, 1e-12);
+  for (int64_t count : {2, 10}) {  // before and after rectification
+    CheckStep<double>(&RAdamMultiForward<double>,
+                      MakeRAdamCoeffs<double>(count, 1e-3, 0.9, 0.999, 1e-3, 1e-6,
+                                              0.1, true, false),
+                      {true, true, false},
+                      [count](auto g, auto s, auto p) {
+                        auto [u, a, b] = radam(g, s[0], s[1], p, count, 1e-3, 0.9,
+                                               0.999, 1e-3, 1e-6, 0.1, true, false);
+                        return Vec({u, a, b});
+                      },
+                      f64, 1e-12);
+  }
+  // float32 once, with the plain (no momentum) SGD slot layout.
+  CheckStep<float>(&SgdMultiForward<float>,
+                   MakeSgdCoeffs<float>(1, 0.1, 0.0, 0.0, false, 0.0, false),
+                   {false, false, false},
+                   [](auto g, auto s, auto p) {
+                     auto [u, b] = sgd(g, c10::nullopt, c10::nullopt, 1, 0.1, 0.0,
+                                       0.0, false, 0.0, false);
+                     return Vec({u, b});
+                   },
+                   torch::kFloat32, 1e-6);
 }
 
 }  // namespace
