@@ -268,6 +268,10 @@ void CheckStepArgs(const typename Opt::Hyper& h, at::TensorList grads,
     TORCH_CHECK(at::isFloatingType(g.scalar_type()), "metafuse::", Opt::kName,
                 ": expected floating-point tensors, `grads` tensor ", k,
                 " is ", g.scalar_type());
+    TORCH_CHECK(g.scalar_type() == grads[0].scalar_type(), "metafuse::",
+                Opt::kName, ": all tensors of one call must share a dtype; "
+                "`grads` tensor ", k, " is ", g.scalar_type(), ", tensor 0 is ",
+                grads[0].scalar_type(), " (call once per dtype)");
     TORCH_CHECK(g.device().is_cpu(), "metafuse::", Opt::kName,
                 ": the torch operator runs on CPU tensors (this LibTorch is a "
                 "CPU build), `grads` tensor ", k, " is on ", g.device());
