@@ -1,0 +1,60 @@
+// A compiled inner loop: capture -> decompose -> unroll (symbolic inner
+// gradients) -> meta-backward (symbolic) -> two runtime programs, exposed as
+// one autograd node whose backward is the compiled meta-backward.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include "compiler/inner_loop.h"
+#include "compiler/ir_dump.h"
+#include "runtime/program.h"
+
+namespace metafuse::compiler {
+
+class CompiledInnerLoop : public std::enable_shared_from_this<CompiledInnerLoop> {
+ public:
+  // Compiles a traced per-step loss graph (inputs: params, batch, extras).
+  // Throws UnsupportedOp naming the first op outside the primitive set.
+  static std::shared_ptr<CompiledInnerLoop> Compile(
+      const std::shared_ptr<torch::jit::Graph>& loss_graph,
+      const InnerLoopLayout& layout, const OptimizerSpec& optimizer);
+
+  // Runs the loop. `inputs` = params, batch, extras, [lr tensor]; returns
+  // adapted params (then inner losses): differentiable w.r.t. params, extras
+  // and lr through the compiled meta-backward.
+  std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) const;
+
+  const runtime::Program& forward_program() const { return *forward_; }
+  const runtime::Program& backward_program() const { return *backward_; }
+  const StageLog& stages() const { return stages_; }
+  const InnerLoopLayout& layout() const { return layout_; }
+  int64_t num_outputs() const { return split_.num_outputs; }
+  int64_t num_saved() const { return split_.num_saved; }
+  const std::vector<int64_t>& differentiable_inputs() const {
+    return split_.differentiable_inputs;
+  }
+
+ private:
+  CompiledInnerLoop() = default;
+  InnerLoopLayout layout_;
+  OptimizerSpec optimizer_;
+  SplitProgram split_;
+  std::unique_ptr<runtime::Program> forward_, backward_;
+  StageLog stages_;
+};
+
+// C++ front: traces `loss_fn(params, batch)` on the example tensors with the
+// TorchScript tracer, then compiles it.
+using LossFunction = std::function<at::Tensor(const std::vector<at::Tensor>& params,
+                                              const std::vector<at::Tensor>& batch)>;
+std::shared_ptr<CompiledInnerLoop> CompileInnerLoop(
+    const LossFunction& loss_fn, const std::vector<at::Tensor>& example_params,
+    const std::vector<at::Tensor>& example_batch, const OptimizerSpec& optimizer,
+    int64_t steps, bool return_losses = false);
+
+}  // namespace metafuse::compiler

@@ -1,0 +1,100 @@
+#include "runtime/program.h"
+
+#include <sstream>
+#include <unordered_map>
+
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/jit/ir/constants.h>
+
+namespace metafuse::runtime {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+Program::Program(const std::shared_ptr<torch::jit::Graph>& graph) {
+  std::unordered_map<const Value*, int> reg;
+  auto allocate = [&](const Value* v) {
+    reg[v] = num_registers_;
+    return num_registers_++;
+  };
+  for (const Value* in : graph->inputs()) input_registers_.push_back(allocate(in));
+  std::unordered_map<int, c10::IValue> constant_values;
+  for (Node* node : graph->nodes()) {
+    if (node->kind() == torch::jit::prim::Constant) {
+      auto value = torch::jit::toIValue(node->output());
+      TORCH_CHECK(value.has_value(), "metafuse runtime: unreadable constant");
+      constant_values[allocate(node->output())] = *value;
+      continue;
+    }
+    Instruction ins;
+    ins.name = node->kind().toQualString();
+    ins.op = node->getOperation();
+    for (const Value* in : node->inputs()) ins.inputs.push_back(reg.at(in));
+    for (const Value* out : node->outputs()) ins.outputs.push_back(allocate(out));
+    code_.push_back(std::move(ins));
+  }
+  for (const Value* out : graph->outputs()) output_registers_.push_back(reg.at(out));
+  constants_.resize(num_registers_);
+  for (auto& [r, v] : constant_values) constants_[r] = v;
+
+  // Liveness: release each non-constant, non-output register after the
+  // instruction that reads it last, so intermediates are freed early.
+  std::vector<int> last_use(num_registers_, -1);
+  for (size_t i = 0; i < code_.size(); ++i) {
+    for (int r : code_[i].inputs) last_use[r] = static_cast<int>(i);
+  }
+  std::vector<bool> keep(num_registers_, false);
+  for (int r : output_registers_) keep[r] = true;
+  for (auto& [r, v] : constant_values) keep[r] = true;
+  for (int r = 0; r < num_registers_; ++r) {
+    if (!keep[r] && last_use[r] >= 0) code_[last_use[r]].release.push_back(r);
+  }
+}
+
+std::vector<c10::IValue> Program::Run(std::vector<c10::IValue> inputs) const {
+  TORCH_CHECK(inputs.size() == input_registers_.size(), "compiled program takes ",
+              input_registers_.size(), " inputs, got ", inputs.size());
+  // The program is differentiated symbolically; the autograd engine has no
+  // business inside it.
+  torch::autograd::AutoGradMode no_grad(false);
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  std::vector<c10::IValue> registers = constants_;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    registers[input_registers_[i]] = std::move(inputs[i]);
+  }
+  torch::jit::Stack stack;
+  for (const Instruction& ins : code_) {
+    stack.clear();
+    for (int r : ins.inputs) stack.push_back(registers[r]);
+    ins.op(stack);
+    TORCH_CHECK(stack.size() == ins.outputs.size(), "metafuse runtime: ", ins.name,
+                " returned ", stack.size(), " values, expected ", ins.outputs.size());
+    for (size_t k = 0; k < ins.outputs.size(); ++k) {
+      registers[ins.outputs[k]] = std::move(stack[k]);
+    }
+    for (int r : ins.release) registers[r] = c10::IValue();
+  }
+  std::vector<c10::IValue> outputs;
+  outputs.reserve(output_registers_.size());
+  for (int r : output_registers_) outputs.push_back(registers[r]);
+  return outputs;
+}
+
+std::string Program::Listing() const {
+  std::ostringstream os;
+  for (size_t i = 0; i < code_.size(); ++i) {
+    os << i << ": " << code_[i].name << "(";
+    for (size_t k = 0; k < code_[i].inputs.size(); ++k) {
+      os << (k ? ", " : "") << "%" << code_[i].inputs[k];
+    }
+    os << ") -> ";
+    for (size_t k = 0; k < code_[i].outputs.size(); ++k) {
+      os << (k ? ", " : "") << "%" << code_[i].outputs[k];
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace metafuse::runtime

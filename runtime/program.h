@@ -1,0 +1,47 @@
+// A compiled program: a TorchScript graph lowered to a flat instruction list
+// of operator calls over a register file. No Python, no autograd engine, no
+// TorchScript interpreter: each instruction pops its inputs from registers,
+// calls the operator (ATen or metafuse), and writes its outputs; registers
+// are released after their last use.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/runtime/operator.h>
+
+namespace metafuse::runtime {
+
+class Program {
+ public:
+  // Lowers `graph`; every node must have a registered operator.
+  explicit Program(const std::shared_ptr<torch::jit::Graph>& graph);
+
+  // Runs the program on `inputs` (one per graph input) with autograd off.
+  std::vector<c10::IValue> Run(std::vector<c10::IValue> inputs) const;
+
+  size_t num_instructions() const { return code_.size(); }
+  size_t num_inputs() const { return input_registers_.size(); }
+  size_t num_outputs() const { return output_registers_.size(); }
+  // One line per instruction, for profiles and debugging.
+  std::string Listing() const;
+
+ private:
+  struct Instruction {
+    mutable torch::jit::Operation op = nullptr;  // call is non-const
+    std::string name;
+    std::vector<int> inputs;
+    std::vector<int> outputs;
+    std::vector<int> release;  // registers whose last use is here
+  };
+  std::vector<Instruction> code_;
+  std::vector<c10::IValue> constants_;  // initial register file (constants)
+  std::vector<int> input_registers_;
+  std::vector<int> output_registers_;
+  int num_registers_ = 0;
+};
+
+}  // namespace metafuse::runtime
