@@ -7,6 +7,7 @@
 
 #include "compiler/autodiff.h"
 #include "compiler/decompose.h"
+#include "compiler/lower_broadcast.h"
 
 namespace metafuse::compiler {
 namespace {
@@ -69,6 +70,7 @@ std::shared_ptr<CompiledInnerLoop> CompiledInnerLoop::Compile(
   torch::jit::Inline(*graph);
   torch::jit::RemoveTensorMutation(graph);
   loop->stages_.Record("captured", *graph);
+  LowerBroadcastTensors(graph);
   std::vector<std::string> unsupported = DecomposeToPrimitives(graph);
   if (!unsupported.empty()) {
     std::string names;
@@ -83,7 +85,12 @@ std::shared_ptr<CompiledInnerLoop> CompiledInnerLoop::Compile(
   for (int64_t i = 0; i < layout.num_params; ++i) diff.push_back(i);
   const int64_t extras_begin = layout.num_params + layout.num_batch;
   for (int64_t i = 0; i < layout.num_extra; ++i) diff.push_back(extras_begin + i);
-  if (optimizer.lr_is_input) diff.push_back(extras_begin + layout.num_extra);
+  if (optimizer.lr_is_input) {
+    const int64_t count = optimizer.lr_per_param ? layout.num_params : 1;
+    for (int64_t i = 0; i < count; ++i) {
+      diff.push_back(extras_begin + layout.num_extra + i);
+    }
+  }
   loop->split_ = BuildMetaBackward(program, diff, &loop->stages_);
   loop->forward_ = std::make_unique<runtime::Program>(loop->split_.forward);
   loop->backward_ = std::make_unique<runtime::Program>(loop->split_.backward);
@@ -92,8 +99,10 @@ std::shared_ptr<CompiledInnerLoop> CompiledInnerLoop::Compile(
 
 std::vector<at::Tensor> CompiledInnerLoop::operator()(
     const std::vector<at::Tensor>& inputs) const {
-  const size_t expected = layout_.num_params + layout_.num_batch +
-                          layout_.num_extra + (optimizer_.lr_is_input ? 1 : 0);
+  const size_t num_lr = !optimizer_.lr_is_input ? 0
+                        : optimizer_.lr_per_param ? layout_.num_params : 1;
+  const size_t expected =
+      layout_.num_params + layout_.num_batch + layout_.num_extra + num_lr;
   TORCH_CHECK(inputs.size() == expected, "compiled inner loop takes ", expected,
               " tensors (params, batch, extras, [lr]), got ", inputs.size());
   auto holder = c10::make_intrusive<Holder>();

@@ -24,7 +24,7 @@ class CompiledInnerLoop : public std::enable_shared_from_this<CompiledInnerLoop>
       const std::shared_ptr<torch::jit::Graph>& loss_graph,
       const InnerLoopLayout& layout, const OptimizerSpec& optimizer);
 
-  // Runs the loop. `inputs` = params, batch, extras, [lr tensor]; returns
+  // Runs the loop. `inputs` = params, batch, extras, [lr tensor(s)]; returns
   // adapted params (then inner losses): differentiable w.r.t. params, extras
   // and lr through the compiled meta-backward.
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) const;

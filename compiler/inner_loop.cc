@@ -71,10 +71,13 @@ std::shared_ptr<Graph> BuildInnerLoopProgram(const Graph& loss_graph,
     in->setType(loss_graph.inputs()[i]->type());
     (i < layout.num_params ? params : fixed).push_back(in);
   }
-  Value* lr_input = nullptr;
+  std::vector<Value*> lr_inputs;  // one shared, or one per parameter
   if (o.lr_is_input) {
-    lr_input = program->addInput("lr");
-    lr_input->setType(c10::TensorType::get());
+    const int64_t count = o.lr_per_param ? layout.num_params : 1;
+    for (int64_t i = 0; i < count; ++i) {
+      lr_inputs.push_back(program->addInput("lr"));
+      lr_inputs.back()->setType(c10::TensorType::get());
+    }
   }
   torch::jit::WithInsertPoint guard(program->return_node());
   std::vector<Value*> mu, nu, losses;
@@ -111,9 +114,10 @@ std::shared_ptr<Graph> BuildInnerLoopProgram(const Graph& loss_graph,
         g = Op(*program, "aten::add",
                {g, Op(*program, "aten::mul", {p, program->insertConstant(o.weight_decay)})});
       }
-      Value* step_value = lr_input != nullptr
-                              ? Op(*program, "aten::mul", {g, lr_input})
-                              : Op(*program, "aten::mul", {g, program->insertConstant(o.lr)});
+      Value* step_value =
+          lr_inputs.empty()
+              ? Op(*program, "aten::mul", {g, program->insertConstant(o.lr)})
+              : Op(*program, "aten::mul", {g, lr_inputs[o.lr_per_param ? i : 0]});
       params[i] = Op(*program, "aten::sub", {p, step_value});
     }
   }

@@ -24,7 +24,8 @@ namespace metafuse::compiler {
 struct OptimizerSpec {
   std::string kind = "sgd";  // "sgd" | "adam" | "adamw"
   double lr = 0.1;
-  bool lr_is_input = false;  // a tensor learning rate, passed as the last input
+  bool lr_is_input = false;  // a tensor learning rate, passed after the extras
+  bool lr_per_param = false;  // with lr_is_input: one rate tensor per param
   double weight_decay = 0.0;
   bool maximize = false;
   double b1 = 0.9, b2 = 0.999, eps = 1e-8, eps_root = 0.0;  // adam
@@ -38,7 +39,8 @@ struct InnerLoopLayout {
   bool return_losses = false;
 };
 
-// The forward program: inputs = params, batch, extras, [lr]; outputs =
+// The forward program: inputs = params, batch, extras, [lr or one lr per
+// param]; outputs =
 // adapted params, then (if return_losses) the K inner losses.
 std::shared_ptr<torch::jit::Graph> BuildInnerLoopProgram(
     const torch::jit::Graph& loss_graph, const InnerLoopLayout& layout,

@@ -99,6 +99,7 @@ void BindOptim(py::module_& parent) {
   m.def("scale_by_schedule", [](std::function<double(int64_t)> fn) {
     return ScaleBySchedule(std::move(fn), "schedule");
   });
+  m.def("scale_per_leaf", &ScalePerLeaf, py::arg("factors"));
   m.def("flip_sign", &FlipSign);
   m.def("scale_by_adam", &ScaleByAdam, py::arg("b1"), py::arg("b2"),
         py::arg("eps"), py::arg("eps_root"), py::arg("moment_requires_grad"),

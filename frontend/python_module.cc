@@ -3,6 +3,7 @@
 // torch.ops.metafuse.*) and exposes what Python needs of the C++ runtime.
 #include <torch/extension.h>
 
+#include "frontend/compiler_bindings.h"
 #include "frontend/diff_bindings.h"
 #include "frontend/optim_bindings.h"
 #include "kernels/ema_update.h"
@@ -45,6 +46,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "metafuse C++ core (operators, runtime)";
   metafuse::optim::BindOptim(m);
   metafuse::diff::BindDiff(m);
+  metafuse::compiler::BindCompiler(m);
   metafuse::tree::BindTree(m);
   m.def("build_info", &BuildInfo,
         "Versions and optional features of this metafuse build.");

@@ -75,6 +75,28 @@ class ScaleTx final : public Stateless {
   Hyper step_;
 };
 
+class ScalePerLeafTx final : public Stateless {
+ public:
+  explicit ScalePerLeafTx(TensorList factors) : factors_(std::move(factors)) {}
+  TensorList Update(const TensorList& updates, TransformState&,
+                    const TensorList*, bool inplace) const override {
+    TORCH_CHECK(updates.size() == factors_.size(), "scale_per_leaf: ",
+                factors_.size(), " factors for ", updates.size(),
+                " update leaves: they must have the same tree structure");
+    TensorList out;
+    out.reserve(updates.size());
+    for (size_t i = 0; i < updates.size(); ++i) {
+      out.push_back(inplace ? updates[i].mul_(factors_[i])
+                            : updates[i] * factors_[i]);
+    }
+    return out;
+  }
+  std::string Describe() const override { return "scale_per_leaf"; }
+
+ private:
+  TensorList factors_;
+};
+
 class ScaleByScheduleTx final : public GradientTransformation {
  public:
   ScaleByScheduleTx(Schedule schedule, std::string description)
@@ -366,6 +388,14 @@ class IdentityTx final : public Stateless {
 
 TransformPtr Scale(Hyper step_size) {
   return std::make_shared<ScaleTx>(std::move(step_size));
+}
+
+TransformPtr ScalePerLeaf(TensorList factors) {
+  for (size_t i = 0; i < factors.size(); ++i) {
+    TORCH_CHECK(factors[i].defined(), "scale_per_leaf: factor ", i,
+                " is not a tensor");
+  }
+  return std::make_shared<ScalePerLeafTx>(std::move(factors));
 }
 
 TransformPtr ScaleBySchedule(Schedule schedule, std::string description) {

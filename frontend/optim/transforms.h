@@ -13,6 +13,9 @@ namespace metafuse::optim {
 
 // updates * step_size.
 TransformPtr Scale(Hyper step_size);
+// updates[i] * factors[i], leaf by leaf (e.g. Meta-SGD's learned
+// per-parameter learning rates); factors broadcast against their leaf.
+TransformPtr ScalePerLeaf(TensorList factors);
 // updates * schedule(count); count starts at 0.
 TransformPtr ScaleBySchedule(Schedule schedule, std::string description);
 // -updates (maximize instead of minimize).

@@ -22,6 +22,7 @@ from metafuse.ops import ema_update
 
 # The differentiable-optimizer API (functional, torch.optim-style, meta).
 from metafuse import alias, diff, hook, schedule, transform, utils
+from metafuse.compiler import CompilationFallbackWarning, compile_inner_loop
 from metafuse.alias import (adadelta, adagrad, adam, adamax, adamw, radam,
                             rmsprop, sgd)
 from metafuse.base import (GradientTransformation, apply_updates, chain,
@@ -31,7 +32,7 @@ from metafuse.optim import (SGD, Adadelta, Adagrad, Adam, Adamax, AdamW,
                             MetaAdam, MetaAdamax, MetaAdamW, MetaOptimizer,
                             MetaRAdam, MetaRMSProp, MetaSGD, Optimizer, RAdam,
                             RMSProp)
-from metafuse.utils import (extract_state_dict, module_clone,
+from metafuse.utils import (extract_state_dict, functional_call, module_clone,
                             recover_state_dict, stop_gradient)
 
 __version__ = "0.1.0"
@@ -50,6 +51,7 @@ def cuda_status():
 __all__ = [
     "build_info", "cuda_status", "ema_update", "ops", "tree",
     "alias", "diff", "hook", "schedule", "transform", "utils",
+    "compile_inner_loop", "CompilationFallbackWarning",
     "GradientTransformation", "apply_updates", "chain", "identity",
     "sgd", "adam", "adamw", "adamax", "adadelta", "adagrad", "radam",
     "rmsprop",
@@ -59,5 +61,5 @@ __all__ = [
     "MetaAdadelta", "MetaAdagrad", "MetaRAdam", "MetaRMSProp",
     "FuncOptimizer",
     "extract_state_dict", "recover_state_dict", "stop_gradient",
-    "module_clone",
+    "module_clone", "functional_call",
 ]

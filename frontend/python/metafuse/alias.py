@@ -13,7 +13,9 @@ import numbers
 import torch
 
 from metafuse import _C
-from metafuse.base import GradientTransformation
+from metafuse import transform
+from metafuse import tree
+from metafuse.base import GradientTransformation, chain
 from metafuse.transform import _betas, _MaskedByTree, _number
 
 _core = _C._optim
@@ -36,7 +38,13 @@ def _lr(lr):
 
 def sgd(lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, *,
         moment_requires_grad=False, maximize=False, fused=False):
-    """Stochastic gradient descent (torch.optim.SGD)."""
+    """Stochastic gradient descent (torch.optim.SGD). ``lr`` may also be a
+    pytree of tensors with the parameters' structure: one learned rate per
+    parameter leaf (Meta-SGD)."""
+    config = ("sgd", dict(locals()))
+    if _is_rate_tree(lr):
+        return _sgd_per_leaf(lr, momentum, dampening, nesterov, weight_decay,
+                             moment_requires_grad, maximize, fused, config)
     if nesterov and (momentum <= 0 or dampening != 0):
         raise ValueError("nesterov momentum needs `momentum` > 0 and "
                          f"`dampening` == 0, got {momentum}, {dampening}")
@@ -44,7 +52,32 @@ def sgd(lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, *,
         _lr(lr), _number(momentum, "momentum", 0.0, 1.0),
         _number(dampening, "dampening", 0.0, 1.0),
         _number(weight_decay, "weight_decay", 0.0), bool(nesterov),
-        bool(maximize), bool(moment_requires_grad), bool(fused)))
+        bool(maximize), bool(moment_requires_grad), bool(fused)), config)
+
+
+def _is_rate_tree(lr):
+    if isinstance(lr, torch.Tensor) or callable(lr) or isinstance(lr, numbers.Real):
+        return False
+    leaves = tree.leaves(lr)
+    return bool(leaves) and all(isinstance(t, torch.Tensor) for t in leaves)
+
+
+def _sgd_per_leaf(lr, momentum, dampening, nesterov, weight_decay,
+                  moment_requires_grad, maximize, fused, config):
+    """SGD whose step is scaled leaf by leaf by the tensors of ``lr``."""
+    if fused:
+        raise ValueError("sgd(fused=True) needs a number `lr`, not per-leaf rates")
+    parts = [transform.flip_sign()] if maximize else []
+    if weight_decay:
+        parts.append(transform.add_decayed_weights(weight_decay))
+    if momentum:
+        parts.append(transform.trace(momentum, dampening, nesterov,
+                                     moment_requires_grad=moment_requires_grad))
+    parts.append(GradientTransformation(
+        _core.scale_per_leaf([-t for t in tree.leaves(lr)])))
+    out = chain(*parts)
+    out._config = config
+    return out
 
 
 def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
@@ -52,12 +85,13 @@ def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
          maximize=False, fused=False):
     """Adam (torch.optim.Adam); ``eps_root`` > 0 keeps meta-gradients finite
     where the second moment is zero."""
+    config = ("adam", dict(locals()))
     b1, b2 = _betas(betas)
     return GradientTransformation(_core.adam(
         _lr(lr), b1, b2, _number(eps, "eps", 0.0),
         _number(eps_root, "eps_root", 0.0),
         _number(weight_decay, "weight_decay", 0.0), bool(maximize),
-        bool(moment_requires_grad), bool(amsgrad), bool(fused)))
+        bool(moment_requires_grad), bool(amsgrad), bool(fused)), config)
 
 
 def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
@@ -66,62 +100,69 @@ def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
     """AdamW (torch.optim.AdamW): decoupled weight decay, optionally only on
     the leaves where ``mask`` (a bool pytree, or a callable of the params)
     is True."""
+    config = ("adamw", dict(locals()))
     b1, b2 = _betas(betas)
     args = (_lr(lr), b1, b2, _number(eps, "eps", 0.0),
             _number(eps_root, "eps_root", 0.0),
             _number(weight_decay, "weight_decay", 0.0), bool(maximize),
             bool(moment_requires_grad), bool(amsgrad))
     if mask is None:
-        return GradientTransformation(_core.adamw(*args, [], bool(fused)))
-    return _MaskedByTree(lambda m: _core.adamw(*args, m, bool(fused)), mask)
+        return GradientTransformation(_core.adamw(*args, [], bool(fused)), config)
+    return _MaskedByTree(lambda m: _core.adamw(*args, m, bool(fused)), mask,
+                         config)
 
 
 def adamax(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
            moment_requires_grad=False, maximize=False, fused=False):
     """Adamax (torch.optim.Adamax)."""
+    config = ("adamax", dict(locals()))
     b1, b2 = _betas(betas)
     return GradientTransformation(_core.adamax(
         _lr(lr), b1, b2, _number(eps, "eps", 0.0),
         _number(weight_decay, "weight_decay", 0.0), bool(maximize),
-        bool(moment_requires_grad), bool(fused)))
+        bool(moment_requires_grad), bool(fused)), config)
 
 
 def radam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
           moment_requires_grad=False, maximize=False, fused=False):
     """RAdam (torch.optim.RAdam)."""
+    config = ("radam", dict(locals()))
     b1, b2 = _betas(betas)
     return GradientTransformation(_core.radam(
         _lr(lr), b1, b2, _number(eps, "eps", 0.0),
         _number(weight_decay, "weight_decay", 0.0), bool(maximize),
-        bool(moment_requires_grad), bool(fused)))
+        bool(moment_requires_grad), bool(fused)), config)
 
 
 def adadelta(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, *,
              moment_requires_grad=False, maximize=False, fused=False):
     """Adadelta (torch.optim.Adadelta)."""
+    config = ("adadelta", dict(locals()))
     return GradientTransformation(_core.adadelta(
         _lr(lr), _number(rho, "rho", 0.0, 1.0), _number(eps, "eps", 0.0),
         _number(weight_decay, "weight_decay", 0.0), bool(maximize),
-        bool(moment_requires_grad), bool(fused)))
+        bool(moment_requires_grad), bool(fused)), config)
 
 
 def adagrad(lr=1e-2, lr_decay=0.0, weight_decay=0.0,
             initial_accumulator_value=0.0, eps=1e-10, *, maximize=False,
             fused=False):
     """Adagrad (torch.optim.Adagrad)."""
+    config = ("adagrad", dict(locals()))
     return GradientTransformation(_core.adagrad(
         _lr(lr), _number(lr_decay, "lr_decay", 0.0),
         _number(weight_decay, "weight_decay", 0.0),
         _number(initial_accumulator_value, "initial_accumulator_value", 0.0),
-        _number(eps, "eps", 0.0), bool(maximize), bool(fused)))
+        _number(eps, "eps", 0.0), bool(maximize), bool(fused)), config)
 
 
 def rmsprop(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
             centered=False, *, moment_requires_grad=False, maximize=False,
             fused=False):
     """RMSProp (torch.optim.RMSprop), plain or centered, with momentum."""
+    config = ("rmsprop", dict(locals()))
     return GradientTransformation(_core.rmsprop(
         _lr(lr), _number(alpha, "alpha", 0.0, 1.0), _number(eps, "eps", 0.0),
         _number(weight_decay, "weight_decay", 0.0),
         _number(momentum, "momentum", 0.0, 1.0), bool(centered),
-        bool(maximize), bool(moment_requires_grad), bool(fused)))
+        bool(maximize), bool(moment_requires_grad), bool(fused)), config)

@@ -27,10 +27,13 @@ class GradientTransformation:
     differentiate through the update (meta-learning).
     """
 
-    __slots__ = ("_core",)
+    __slots__ = ("_core", "_config")
 
-    def __init__(self, core):
+    def __init__(self, core, config=None):
         self._core = core
+        # (alias name, hyperparameters) for the aliases: what the compiler
+        # needs to emit the update itself; None for hand-built chains.
+        self._config = config
 
     def init(self, params):
         leaves, spec = _flatten_tensors(params, "params")

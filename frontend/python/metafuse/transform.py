@@ -137,8 +137,8 @@ class _MaskedByTree(GradientTransformation):
 
     __slots__ = ("_build", "_mask")
 
-    def __init__(self, build, mask):
-        super().__init__(None)
+    def __init__(self, build, mask, config=None):
+        super().__init__(None, config)
         self._build = build
         self._mask = mask
 

@@ -118,3 +118,26 @@ def _named_slots(module, kind):
     for prefix, sub in module.named_modules():
         for attr, value in getattr(sub, kind).items():
             yield (f"{prefix}.{attr}" if prefix else attr), value
+
+
+def functional_call(module, params, *args, **kwargs):
+    """Calls ``module(*args, **kwargs)`` with its parameters replaced by the
+    tensors in ``params`` (a dict: qualified name -> tensor), then restores
+    them. Unlike torch's stateless API it is traceable, so loss functions
+    written with it compile (metafuse.compile_inner_loop)."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"functional_call: `module` must be an nn.Module, got "
+                        f"{type(module).__name__}")
+    slots = []
+    for name, value in params.items():
+        owner_path, _, attr = name.rpartition(".")
+        owner = module.get_submodule(owner_path) if owner_path else module
+        if attr not in owner._parameters:
+            raise KeyError(f"functional_call: the module has no parameter {name!r}")
+        slots.append((owner, attr, owner._parameters[attr]))
+        owner._parameters[attr] = value
+    try:
+        return module(*args, **kwargs)
+    finally:
+        for owner, attr, original in slots:
+            owner._parameters[attr] = original

@@ -1,0 +1,278 @@
+"""Compile an unrolled inner loop into one autograd node.
+
+    adapt = metafuse.compile_inner_loop(loss_fn, metafuse.sgd(0.4), steps=5)
+    fast_params = adapt(params, x_support, y_support)
+    loss_fn(fast_params, x_query, y_query).backward()   # meta-gradient
+
+``loss_fn(params, *batch)`` returns the scalar inner loss; ``params`` is any
+pytree of tensors. The per-step loss is traced with the TorchScript tracer,
+decomposed into metafuse's primitive ops, differentiated symbolically (the
+inner gradients, and the meta-gradient through them), unrolled for
+``steps`` optimizer updates and run by the C++ runtime as a single autograd
+node whose backward is the compiled meta-backward (docs/compiler.md).
+
+Compiled programs are cached per guard: the tree structures of params and
+batch plus every leaf's shape, dtype and device (and the optimizer). A new
+guard compiles again; the same guard reuses the program.
+
+Differentiable inputs: ``params``, tensors the loss function closes over
+(its closure cells and the module globals it names), and a tensor learning
+rate of ``metafuse.sgd``. Anything the compiler cannot handle exactly (an op
+outside the primitive set, data-dependent control flow the tracer warns
+about, an unsupported optimizer option) makes the call run eagerly with the
+same metafuse optimizer instead, after one CompilationFallbackWarning that
+says why: never a wrong result.
+"""
+
+import numbers
+import os
+import warnings
+
+import torch
+
+from metafuse import _C
+from metafuse import tree as _tree
+from metafuse.alias import _is_rate_tree
+from metafuse.base import GradientTransformation, apply_updates
+
+_core = _C._compiler
+
+__all__ = ["compile_inner_loop", "CompiledInnerLoop", "CompilationFallbackWarning"]
+
+
+class CompilationFallbackWarning(UserWarning):
+    """The inner loop runs eagerly instead of compiled; the message says why."""
+
+
+def _optimizer_spec(optimizer):
+    """The compiler's description of an alias, or (None, reason)."""
+    config = getattr(optimizer, "_config", None)
+    if config is None:
+        return None, "the optimizer is not a metafuse alias (sgd, adam, adamw)"
+    name, h = config
+    if name not in ("sgd", "adam", "adamw"):
+        return None, f"the compiler does not support metafuse.{name} yet"
+    if h.get("moment_requires_grad"):
+        return None, "moment_requires_grad=True is not compiled"
+    lr = h["lr"]
+    spec = {"kind": name, "lr": 0.0, "lr_is_input": False, "lr_per_param": False,
+            "weight_decay": float(h.get("weight_decay", 0.0)),
+            "maximize": bool(h.get("maximize", False)),
+            "b1": 0.9, "b2": 0.999, "eps": 1e-8, "eps_root": 0.0}
+    if isinstance(lr, torch.Tensor) or (name == "sgd" and _is_rate_tree(lr)):
+        if name != "sgd":
+            return None, "a tensor learning rate is compiled for sgd only"
+        spec["lr_is_input"] = True
+        spec["lr_per_param"] = not isinstance(lr, torch.Tensor)
+    elif isinstance(lr, numbers.Real):
+        spec["lr"] = float(lr)
+    else:
+        return None, "a learning-rate schedule is not compiled"
+    if name == "sgd" and float(h.get("momentum", 0.0)) != 0.0:
+        return None, "sgd with momentum is not compiled yet"
+    if name != "sgd":
+        if h.get("amsgrad"):
+            return None, "amsgrad is not compiled"
+        spec["b1"], spec["b2"] = (float(b) for b in h["betas"])
+        spec["eps"] = float(h["eps"])
+        spec["eps_root"] = float(h["eps_root"])
+    return spec, None
+
+
+def _closed_over_tensors(fn):
+    """(kind, key) and tensor for each tensor the function closes over
+    directly: closure cells and the module globals its code names."""
+    found = []
+    code = getattr(fn, "__code__", None)
+    for i, cell in enumerate(getattr(fn, "__closure__", None) or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, torch.Tensor):
+            found.append((("cell", i), value))
+    if code is not None:
+        namespace = getattr(fn, "__globals__", {})
+        for name in code.co_names:
+            value = namespace.get(name)
+            if isinstance(value, torch.Tensor):
+                found.append((("global", name), value))
+    return found
+
+
+class _Rebind:
+    """Temporarily points a function's closure cells / globals at tensors."""
+
+    def __init__(self, fn, keys, tensors):
+        self.fn, self.keys, self.tensors, self.saved = fn, keys, tensors, []
+
+    def __enter__(self):
+        for key, tensor in zip(self.keys, self.tensors):
+            kind, name = key
+            if kind == "cell":
+                cell = self.fn.__closure__[name]
+                self.saved.append((key, cell.cell_contents))
+                cell.cell_contents = tensor
+            else:
+                self.saved.append((key, self.fn.__globals__[name]))
+                self.fn.__globals__[name] = tensor
+
+    def __exit__(self, *exc):
+        for (kind, name), value in reversed(self.saved):
+            if kind == "cell":
+                self.fn.__closure__[name].cell_contents = value
+            else:
+                self.fn.__globals__[name] = value
+        return False
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+def _inside_torch(filename):
+    """Tracer warnings raised inside torch itself come from shape checks
+    (e.g. mse_loss comparing sizes), which the shape guard makes exact."""
+    return os.path.abspath(filename).startswith(_TORCH_DIR + os.sep)
+
+
+def _leaves_like(spec, tree, what="lr"):
+    try:
+        return list(_tree.flatten_as(spec, tree))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"compile_inner_loop: per-parameter `{what}` must have "
+                         f"the structure of `params`: {exc}") from None
+
+
+def _describe(leaves):
+    return tuple((tuple(t.shape), t.dtype, t.device) for t in leaves)
+
+
+class CompiledInnerLoop:
+    """The callable returned by compile_inner_loop."""
+
+    def __init__(self, loss_fn, optimizer, steps, return_losses):
+        if not callable(loss_fn):
+            raise TypeError("compile_inner_loop: `loss_fn` must be callable")
+        if not isinstance(optimizer, GradientTransformation):
+            raise TypeError("compile_inner_loop: `optimizer` must be a metafuse "
+                            f"GradientTransformation, got {type(optimizer).__name__}")
+        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
+            raise ValueError(f"compile_inner_loop: `steps` must be an integer >= 1, "
+                             f"got {steps!r}")
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        self.steps = int(steps)
+        self.return_losses = bool(return_losses)
+        self.compile_count = 0
+        self._programs = {}  # guard -> compiled program or fallback reason
+
+    def __call__(self, params, *batch):
+        param_leaves, param_spec = _tree.flatten(params)
+        batch_leaves, batch_spec = _tree.flatten(batch)
+        for what, leaves in (("params", param_leaves), ("batch", batch_leaves)):
+            for i, leaf in enumerate(leaves):
+                if not isinstance(leaf, torch.Tensor):
+                    raise TypeError(f"compile_inner_loop: `{what}` must be a pytree "
+                                    f"of tensors; leaf {i} is a {type(leaf).__name__}")
+        if not param_leaves:
+            raise ValueError("compile_inner_loop: `params` has no tensors")
+        closed = _closed_over_tensors(self.loss_fn)
+        keys = [k for k, _ in closed]
+        extras = [t for _, t in closed]
+        spec, reason = _optimizer_spec(self.optimizer)
+        lr = []
+        if spec and spec["lr_is_input"]:
+            rate = self.optimizer._config[1]["lr"]
+            lr = [rate] if not spec["lr_per_param"] else _leaves_like(param_spec, rate)
+        guard = (param_spec, batch_spec, tuple(keys), _describe(param_leaves),
+                 _describe(batch_leaves), _describe(extras), _describe(lr))
+        program = self._programs.get(guard)
+        if program is None:
+            program = self._compile(param_leaves, param_spec, batch_leaves,
+                                    batch_spec, keys, extras, spec, reason)
+            self._programs[guard] = program
+        if isinstance(program, str):
+            return self._eager(params, batch)
+        outputs = program(param_leaves + batch_leaves + extras + lr)
+        adapted = _tree.unflatten(param_spec, outputs[:len(param_leaves)])
+        if self.return_losses:
+            return adapted, torch.stack(outputs[len(param_leaves):])
+        return adapted
+
+    def _compile(self, param_leaves, param_spec, batch_leaves, batch_spec, keys,
+                 extras, spec, reason):
+        self.compile_count += 1
+        if spec is None:
+            return self._fallback(reason)
+        n_params, n_batch = len(param_leaves), len(batch_leaves)
+
+        def flat_loss(*flat):
+            p = _tree.unflatten(param_spec, list(flat[:n_params]))
+            b = _tree.unflatten(batch_spec, list(flat[n_params:n_params + n_batch]))
+            with _Rebind(self.loss_fn, keys, flat[n_params + n_batch:]):
+                return self.loss_fn(p, *b)
+
+        examples = tuple(t.detach() for t in param_leaves + batch_leaves + extras)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", torch.jit.TracerWarning)
+            try:
+                traced = torch.jit.trace(flat_loss, examples, check_trace=False)
+            except RuntimeError as exc:
+                return self._fallback(f"the loss could not be traced ({exc})")
+        for w in caught:
+            if not issubclass(w.category, torch.jit.TracerWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            elif not _inside_torch(w.filename):
+                # A tensor value turned into a Python value in user code: the
+                # trace would bake it in (data-dependent control flow).
+                return self._fallback(f"tracing is not exact at {w.filename}:"
+                                      f"{w.lineno} ({str(w.message).splitlines()[0]})")
+        graph = traced.graph
+        outputs = list(graph.outputs())
+        if len(outputs) != 1 or not outputs[0].type().isSubtypeOf(torch._C.TensorType.get()):
+            raise ValueError("compile_inner_loop: `loss_fn` must return one scalar tensor")
+        try:
+            return _core.compile(graph, n_params, n_batch, len(extras), self.steps,
+                                 self.return_losses, spec["kind"], spec["lr"],
+                                 spec["lr_is_input"], spec["lr_per_param"],
+                                 spec["weight_decay"],
+                                 spec["maximize"], spec["b1"], spec["b2"],
+                                 spec["eps"], spec["eps_root"])
+        except _core.UnsupportedOp as exc:
+            return self._fallback(f"op {exc} is outside the compiler's primitive set")
+
+    def _fallback(self, reason):
+        warnings.warn(f"metafuse.compile_inner_loop: {reason}; running the inner "
+                      "loop eagerly (same results, not compiled)",
+                      CompilationFallbackWarning, stacklevel=4)
+        return reason
+
+    def _eager(self, params, batch):
+        """The reference semantics: metafuse's own optimizer, out of place."""
+        state = self.optimizer.init(params)
+        losses = []
+        for _ in range(self.steps):
+            loss = self.loss_fn(params, *batch)
+            leaves, spec = _tree.flatten(params)
+            grads = torch.autograd.grad(loss, leaves, create_graph=True,
+                                        allow_unused=True)
+            grads = [torch.zeros_like(p) if g is None else g
+                     for p, g in zip(leaves, grads)]
+            updates, state = self.optimizer.update(_tree.unflatten(spec, grads), state,
+                                                   params=params, inplace=False)
+            params = apply_updates(params, updates, inplace=False)
+            losses.append(loss)
+        if self.return_losses:
+            return params, torch.stack(losses)
+        return params
+
+    def stages(self):
+        """[(stage, IR text)] of every compiled guard, in compile order."""
+        return [stage for program in self._programs.values()
+                if not isinstance(program, str) for stage in program.stages()]
+
+
+def compile_inner_loop(loss_fn, optimizer, steps, *, return_losses=False):
+    """Returns ``adapt(params, *batch) -> adapted params`` (and the stacked
+    inner losses when ``return_losses``); see the module docstring."""
+    return CompiledInnerLoop(loss_fn, optimizer, steps, return_losses)
