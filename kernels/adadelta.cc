@@ -41,7 +41,7 @@ struct Adadelta {
   }
 
   template <typename A, int V>
-  static inline void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A s2,
+  static MF_HD void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A s2,
                              A* u, A* o0, A* o1, A* o2, A* x0, A* x1) {
     AdadeltaElement<A>(c, g, p, s0, s1, u, o0, o1, x0, x1);
   }
@@ -71,6 +71,17 @@ struct Adadelta {
     out.push_back(g_sq * h.rho);
     out.push_back(s.grad_s[1] * h.rho + g_r2 / r2 * 0.5);
     return out;
+  }
+
+  // The same closed form, one element at a time (fused_backward.h).
+  static constexpr bool kFusedBackward = true;
+  template <typename A, int V>
+  static MF_HD void BackwardElement(const Coeffs<A>& c, A g, A p, A, A, A,
+                                     A, A, A, A r1, A r2, A gu, A gsq, A gacc,
+                                     A, A* grad_g, A* grad_p, A* grad_sq,
+                                     A* grad_acc, A*) {
+    AdadeltaBackwardElement<A>(c, g, p, r1, r2, gu, gsq, gacc, grad_g, grad_p,
+                               grad_sq, grad_acc);
   }
 };
 

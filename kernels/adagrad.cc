@@ -44,7 +44,7 @@ struct Adagrad {
   }
 
   template <typename A, int V>
-  static inline void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A s2,
+  static MF_HD void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A s2,
                              A* u, A* o0, A* o1, A* o2, A* x0, A* x1) {
     AdagradElement<A>(c, g, p, s0, u, o0, x0);
   }
@@ -65,6 +65,16 @@ struct Adagrad {
         s, grad_ge, SignOf(h.maximize), h.weight_decay, 0.0);
     out.push_back(g_sum);
     return out;
+  }
+
+  // The same closed form, one element at a time (fused_backward.h).
+  static constexpr bool kFusedBackward = true;
+  template <typename A, int V>
+  static MF_HD void BackwardElement(const Coeffs<A>& c, A g, A p, A, A, A,
+                                     A, A, A, A r, A, A gu, A gsum, A, A,
+                                     A* grad_g, A* grad_p, A* grad_sum, A*,
+                                     A*) {
+    AdagradBackwardElement<A>(c, g, p, r, gu, gsum, grad_g, grad_p, grad_sum);
   }
 };
 

@@ -46,7 +46,7 @@ struct Adamax {
   }
 
   template <typename A, int V>
-  static inline void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A,
+  static MF_HD void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A,
                              A* u, A* o0, A* o1, A*, A*, A*) {
     AdamaxElement<A>(c, g, p, s0, s1, u, o0, o1);
   }
@@ -75,6 +75,9 @@ struct Adamax {
     out.push_back(at::where(decayed_wins, g_n * h.b2, zero));
     return out;
   }
+
+  // No fused first-order backward: GCC 12 does not vectorize its
+  // compare-selects; the ATen closed form serves every order.
 };
 
 std::tuple<TensorVec, TensorVec, TensorVec> adamax_multi_impl(

@@ -39,6 +39,8 @@
 #define MF_VECTORIZED_LOOP
 #endif
 
+#include "kernels/fused_backward.h"
+
 namespace metafuse::kernels {
 
 constexpr int kMaxStates = 3;
@@ -403,15 +405,6 @@ Hyper HyperFromVector(const std::vector<double>& v) {
   return h;
 }
 
-// Whether Opt has a fused first-order backward:
-//   static variable_list FusedBackward(h, K, P, saved, grad_outputs)
-// returning {grad_g[K], grad_p[P], grad_states[S*K]} (saved as in the ctx).
-template <class Opt, class = void>
-struct HasFusedBackward : std::false_type {};
-template <class Opt>
-struct HasFusedBackward<Opt, std::void_t<decltype(&Opt::FusedBackward)>>
-    : std::true_type {};
-
 // Forward = the fused kernel (with aux); backward = Opt::Backward in ATen
 // ops on saved inputs, outputs and aux. The aux outputs are outputs of this
 // node, so when the backward is differentiated again the gradient reaching
@@ -464,7 +457,7 @@ class FusedStepFunction
       }
       if (!at::GradMode::is_enabled() && aux_unused) {
         torch::autograd::variable_list result =
-            Opt::FusedBackward(h, K, P, saved, grad_outputs);
+            FusedFirstOrderBackward<Opt>(h, K, P, saved, grad_outputs);
         result.emplace_back();  // hyper
         return result;
       }

@@ -131,6 +131,18 @@ MF_HD void SgdElement(const SgdCoeffs<A>& c, A g, A p, A buf, A* update,
   *buf_out = b;
 }
 
+// SGD's first-order backward (same closed form as Sgd::Backward). Without
+// momentum grad_buf_new is 0 and nest_b is 0, so one formula serves both.
+template <typename A>
+MF_HD void SgdBackwardElement(const SgdCoeffs<A>& c, A grad_u, A grad_buf_new,
+                              A* grad_g, A* grad_p, A* grad_buf) {
+  const A g_buf = grad_buf_new - c.lr * c.nest_b * grad_u;
+  const A grad_ge = c.take * g_buf - c.lr * c.nest_g * grad_u;
+  *grad_buf = c.keep * g_buf;
+  *grad_g = c.sign * grad_ge;
+  *grad_p = c.l2 * grad_ge;
+}
+
 // RMSProp (torch.optim; eps_root inside the root as in Optax, default 0).
 //   sq' = a sq + (1-a) ge^2,  ga' = a ga + (1-a) ge   (centered only)
 //   r = sqrt(sq' - centered * ga'^2 + eps_root),  q = ge / (r + eps)
@@ -174,6 +186,31 @@ MF_HD void RmsPropElement(const RmsPropCoeffs<A>& c, A g, A p, A sq, A ga,
   *root = r;
 }
 
+// RMSProp's first-order backward (same closed form as RmsProp::Backward).
+// Absent states (not centered / no momentum) enter as 0 and their
+// coefficients vanish, so one formula serves every variant.
+template <typename A>
+MF_HD void RmsPropBackwardElement(const RmsPropCoeffs<A>& c, A g, A p,
+                                  A ga_new, A r, A grad_u, A grad_sq_new,
+                                  A grad_ga_new, A grad_buf_new, A* grad_g,
+                                  A* grad_p, A* grad_sq, A* grad_ga,
+                                  A* grad_buf) {
+  const A ge = c.sign * g + c.l2 * p;
+  const A d = r + c.eps;
+  const A g_q = grad_buf_new - c.lr * grad_u;
+  const A g_q_over_d = g_q / d;
+  const A g_v = -(g_q_over_d * ge / d) / r * A(0.5);
+  const A g_sq = grad_sq_new + g_v;
+  const A g_ga = grad_ga_new - A(2) * c.centered * ga_new * g_v;
+  const A grad_ge = g_q_over_d + A(2) * c.one_minus_alpha * ge * g_sq +
+                    c.one_minus_alpha * g_ga;
+  *grad_g = c.sign * grad_ge;
+  *grad_p = c.l2 * grad_ge;
+  *grad_sq = c.alpha * g_sq;
+  *grad_ga = c.alpha * g_ga;
+  *grad_buf = c.momentum * g_q;
+}
+
 // Adagrad (torch.optim; clr = lr / (1 + (count-1) lr_decay)).
 //   ss' = ss + ge^2,  r = sqrt(ss' + eps_root),  update = -clr ge / (r + eps)
 template <typename A>
@@ -204,6 +241,21 @@ MF_HD void AdagradElement(const AdagradCoeffs<A>& c, A g, A p, A ss,
   *update = -c.clr * ge / (r + c.eps);
   *ss_out = s;
   *root = r;
+}
+
+// Adagrad's first-order backward (same closed form as Adagrad::Backward).
+template <typename A>
+MF_HD void AdagradBackwardElement(const AdagradCoeffs<A>& c, A g, A p, A r,
+                                  A grad_u, A grad_sum_new, A* grad_g,
+                                  A* grad_p, A* grad_sum) {
+  const A ge = c.sign * g + c.l2 * p;
+  const A d = r + c.eps;
+  const A t = grad_u * c.clr / d;
+  const A g_sum = grad_sum_new + (t * ge / d) / r * A(0.5);
+  const A grad_ge = A(2) * ge * g_sum - t;
+  *grad_g = c.sign * grad_ge;
+  *grad_p = c.l2 * grad_ge;
+  *grad_sum = g_sum;
 }
 
 // Adamax (torch.optim).
@@ -280,6 +332,26 @@ MF_HD void AdadeltaElement(const AdadeltaCoeffs<A>& c, A g, A p, A sq, A acc,
   *acc_out = c.rho * acc + c.one_minus_rho * delta * delta;
   *root_sq = r1;
   *root_acc = r2;
+}
+
+// Adadelta's first-order backward (same closed form as Adadelta::Backward).
+template <typename A>
+MF_HD void AdadeltaBackwardElement(const AdadeltaCoeffs<A>& c, A g, A p,
+                                   A root_sq, A root_acc, A grad_u,
+                                   A grad_sq_new, A grad_acc_new, A* grad_g,
+                                   A* grad_p, A* grad_sq, A* grad_acc) {
+  const A ge = c.sign * g + c.l2 * p;
+  const A ratio = root_acc / root_sq;
+  const A delta = ratio * ge;
+  const A g_delta = A(2) * c.one_minus_rho * delta * grad_acc_new - c.lr * grad_u;
+  const A g_r1 = -(g_delta * delta / root_sq);
+  const A g_r2 = g_delta * ge / root_sq;
+  const A g_sq = grad_sq_new + g_r1 / root_sq * A(0.5);
+  const A grad_ge = g_delta * ratio + A(2) * c.one_minus_rho * ge * g_sq;
+  *grad_g = c.sign * grad_ge;
+  *grad_p = c.l2 * grad_ge;
+  *grad_sq = c.rho * g_sq;
+  *grad_acc = c.rho * grad_acc_new + g_r2 / root_acc * A(0.5);
 }
 
 // RAdam (torch.optim). With rho_t > 5 the step is rectified:

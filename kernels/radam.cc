@@ -36,7 +36,7 @@ struct RAdam : AdamFamily {
   }
 
   template <typename A, int V>
-  static inline void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A s2,
+  static MF_HD void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A s2,
                              A* u, A* o0, A* o1, A* o2, A* x0, A* x1) {
     RAdamElement<A>(c, g, p, s0, s1, u, o0, o1, x0);
   }

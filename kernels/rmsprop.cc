@@ -53,7 +53,7 @@ struct RmsProp {
   }
 
   template <typename A, int V>
-  static inline void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A s2,
+  static MF_HD void Element(const Coeffs<A>& c, A g, A p, A s0, A s1, A s2,
                              A* u, A* o0, A* o1, A* o2, A* x0, A*) {
     // States are packed in order: square_avg, [grad_avg], [momentum_buffer].
     A ga_out, buf_out;
@@ -95,6 +95,24 @@ struct RmsProp {
     if (centered) out.push_back(g_ga * h.alpha);
     if (momentum) out.push_back(g_q * h.momentum);
     return out;
+  }
+
+  // The same closed form, one element at a time (fused_backward.h).
+  static constexpr bool kFusedBackward = true;
+  template <typename A, int V>
+  static MF_HD void BackwardElement(const Coeffs<A>& c, A g, A p, A, A, A,
+                                     A, A o1, A, A r, A, A gu, A go0, A go1,
+                                     A go2, A* grad_g, A* grad_p, A* gs0,
+                                     A* gs1, A* gs2) {
+    // States are packed in order: square_avg, [grad_avg], [momentum_buffer].
+    const A ga_new = Centered(V) ? o1 : A(0);
+    const A g_ga = Centered(V) ? go1 : A(0);
+    const A g_buf = HasMomentum(V) ? (Centered(V) ? go2 : go1) : A(0);
+    A grad_ga, grad_buf;
+    RmsPropBackwardElement<A>(c, g, p, ga_new, r, gu, go0, g_ga, g_buf, grad_g,
+                              grad_p, gs0, &grad_ga, &grad_buf);
+    if (Centered(V)) *gs1 = grad_ga;
+    if (HasMomentum(V)) *(Centered(V) ? gs2 : gs1) = grad_buf;
   }
 };
 

@@ -41,7 +41,7 @@ struct Sgd {
   }
 
   template <typename A, int V>
-  static inline void Element(const Coeffs<A>& c, A g, A p, A s0, A, A, A* u,
+  static MF_HD void Element(const Coeffs<A>& c, A g, A p, A s0, A, A, A* u,
                              A* o0, A*, A*, A*, A*) {
     // Without momentum s0 is 0 and o0 is not stored.
     SgdElement<A>(c, g, p, s0, u, o0);
@@ -68,6 +68,15 @@ struct Sgd {
         s, grad_ge, SignOf(h.maximize), h.weight_decay, 0.0);
     if (variant == 1) out.push_back(grad_buf);
     return out;
+  }
+
+  // The same closed form, one element at a time (fused_backward.h).
+  static constexpr bool kFusedBackward = true;
+  template <typename A, int V>
+  static MF_HD void BackwardElement(const Coeffs<A>& c, A, A, A, A, A, A, A,
+                                     A, A, A, A gu, A gbuf, A, A, A* grad_g,
+                                     A* grad_p, A* grad_buf, A*, A*) {
+    SgdBackwardElement<A>(c, gu, gbuf, grad_g, grad_p, grad_buf);
   }
 };
 
