@@ -3,7 +3,7 @@
 
 Disassembles bazel-bin/kernels/libkernels.so (build //kernels first) and
 prints, for the AVX2 clone of every float/double ElementLoop (forward) and
-AdamBackwardLoop (fused first-order backward), how many
+BackwardLoop (fused first-order backward), how many
 instructions touch 256-bit ymm registers and how many are packed arithmetic
 (v{add,mul,div,sqrt,fmadd...}p{s,d} on ymm). A loop that did not vectorize
 shows 0 packed arithmetic. Exit status 1 if any loop shows 0.
