@@ -1,5 +1,6 @@
 #include "compiler/autodiff.h"
 
+#include <algorithm>
 #include <functional>
 #include <unordered_map>
 #include <unordered_set>
@@ -43,6 +44,10 @@ struct Emit {
     return op("aten::type_as", {cond, like});
   }
   Value* zeros_like(Value* x) { return op("aten::zeros_like", {x}); }
+  Value* int_list(const std::vector<Value*>& items) {
+    return g.insertNode(g.createList(c10::IntType::get(), items))->output();
+  }
+  Value* dim_size(Value* x, int64_t dim) { return op("aten::size", {x, ci(dim)}); }
 };
 
 bool IsTensor(const Value* v) {
@@ -69,11 +74,131 @@ Value* Unreduce(Emit& e, Value* grad, Value* input, Value* dims_value, bool keep
   auto dims_iv = torch::jit::toIValue(dims_value);
   if (!dims_iv) throw UnsupportedOp("reduction with non-constant dims");
   std::vector<int64_t> dims = dims_iv->toIntVector();
-  const int64_t rank = Rank(input);
-  for (auto& d : dims) d = d < 0 ? d + rank : d;
+  // The rank is only needed for negative dims (values made by rules carry
+  // no static rank).
+  if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) {
+    const int64_t rank = Rank(input);
+    for (auto& d : dims) d = d < 0 ? d + rank : d;
+  }
   std::sort(dims.begin(), dims.end());
   for (int64_t d : dims) grad = e.op("aten::unsqueeze", {grad, e.ci(d)});
   return grad;
+}
+
+// A constant int list argument (a prim::Constant or a ListConstruct of
+// constants), widened to `width` entries when given as one int.
+std::vector<int64_t> ConstIntList(Value* v, const std::string& what, size_t width = 0) {
+  std::vector<int64_t> out;
+  if (auto iv = torch::jit::toIValue(v)) {
+    if (iv->isIntList()) out = iv->toIntVector();
+    else if (iv->isInt()) out = {iv->toInt()};
+    else throw UnsupportedOp(what + " (expected an int list)");
+  } else if (v->node()->kind() == torch::jit::prim::ListConstruct) {
+    for (Value* in : v->node()->inputs()) {
+      auto item = torch::jit::toIValue(in);
+      if (!item || !item->isInt()) throw UnsupportedOp(what + " (expected constant ints)");
+      out.push_back(item->toInt());
+    }
+  } else {
+    throw UnsupportedOp(what + " (expected a constant int list)");
+  }
+  if (width > 0 && out.size() == 1) out.assign(width, out[0]);
+  if (width > 0 && out.size() != width) throw UnsupportedOp(what + " (wrong list length)");
+  return out;
+}
+
+int64_t ConstInt(Value* v, const std::string& what) {
+  auto iv = torch::jit::toIValue(v);
+  if (!iv || !iv->isInt()) throw UnsupportedOp(what + " (expected a constant int)");
+  return iv->toInt();
+}
+
+void ExpectBatched(Value* v, const char* op) {
+  auto type = v->type()->cast<c10::TensorType>();
+  auto dim = type ? type->dim() : c10::nullopt;
+  if (dim && *dim != 4) {
+    throw UnsupportedOp(std::string(op) + " with a rank-" + std::to_string(*dim) +
+                        " input (batched NCHW expected)");
+  }
+}
+
+struct ConvParams {
+  std::vector<int64_t> stride, padding, dilation;
+  int64_t groups = 1;
+};
+
+// Gradient of conv2d(x, w) w.r.t. x for cotangent gy: the transposed
+// convolution with the same parameters; output_padding (computed from the
+// sizes at run time) restores the rows/cols the strided forward skipped.
+Value* ConvInputGrad(Emit& e, Value* gy, Value* w, Value* x, const ConvParams& c) {
+  std::vector<Value*> output_padding;
+  for (int64_t i = 0; i < 2; ++i) {
+    if (c.stride[i] == 1) {
+      output_padding.push_back(e.ci(0));
+      continue;
+    }
+    // (H + 2p - d (k - 1) - 1) mod s
+    Value* span = e.op("aten::sub", {e.op("aten::add", {e.dim_size(x, 2 + i),
+                                                      e.ci(2 * c.padding[i] + c.dilation[i] - 1)}),
+                                     e.op("aten::mul", {e.dim_size(w, 2 + i), e.ci(c.dilation[i])})});
+    output_padding.push_back(e.op("aten::remainder", {span, e.ci(c.stride[i])}));
+  }
+  return e.op("aten::conv_transpose2d",
+              {gy, w, e.g.insertConstant(c10::IValue()), e.g.insertConstant(c.stride),
+               e.g.insertConstant(c.padding), e.int_list(output_padding), e.ci(c.groups),
+               e.g.insertConstant(c.dilation)});
+}
+
+// Gradient of conv2d(x, w) w.r.t. w (shape O x C/g x kH x kW) for cotangent
+// gy: a convolution over the batch, with batch and channel dims exchanged:
+//   dw[o, c, a, b] = sum_{n,i,j} gy[n, o, i, j] x[n, c, i s + a d - p, ...]
+// i.e. conv2d(x^T, gy^T) with stride d, dilation s, padding p (grouped
+// channels go next to the batch so groups stay groups), transposed back and
+// cropped to (kH, kW) where the strided forward left trailing rows unused.
+Value* ConvWeightGrad(Emit& e, Value* x, Value* gy, Value* w, const ConvParams& c) {
+  Value* xt;
+  if (c.groups == 1) {
+    xt = e.op("aten::transpose", {x, e.ci(0), e.ci(1)});
+  } else {
+    // [N, g*Cg, H, W] -> [Cg, g*N, H, W] with channel k*N + n = x[n, k*Cg + c].
+    Value* n = e.dim_size(x, 0);
+    Value* split = e.op("aten::reshape",
+                        {x, e.int_list({n, e.ci(c.groups), e.ci(-1), e.dim_size(x, 2),
+                                        e.dim_size(x, 3)})});
+    Value* moved = e.op("aten::permute", {split, e.g.insertConstant(std::vector<int64_t>{2, 1, 0, 3, 4})});
+    xt = e.op("aten::reshape", {moved, e.int_list({e.ci(-1), e.op("aten::mul", {n, e.ci(c.groups)}),
+                                                   e.dim_size(x, 2), e.dim_size(x, 3)})});
+  }
+  Value* gyt = e.op("aten::transpose", {gy, e.ci(0), e.ci(1)});
+  Value* r = e.op("aten::conv2d", {xt, gyt, e.g.insertConstant(c10::IValue()),
+                                   e.g.insertConstant(c.dilation), e.g.insertConstant(c.padding),
+                                   e.g.insertConstant(c.stride), e.ci(c.groups)});
+  r = e.op("aten::transpose", {r, e.ci(0), e.ci(1)});
+  if (c.stride[0] == 1 && c.stride[1] == 1) return r;
+  // Crop: pad (W_left, W_right, H_top, H_bottom) with k - k' <= 0.
+  Value* crop = e.int_list({e.ci(0), e.op("aten::sub", {e.dim_size(w, 3), e.dim_size(r, 3)}),
+                            e.ci(0), e.op("aten::sub", {e.dim_size(w, 2), e.dim_size(r, 2)})});
+  return e.op("aten::constant_pad_nd", {r, crop, e.c(0.0)});
+}
+
+Value* BiasGrad(Emit& e, Value* g) {
+  return e.op("aten::sum", {g, e.g.insertConstant(std::vector<int64_t>{0, 2, 3}),
+                            e.g.insertConstant(false)});
+}
+
+// Negates an int list (constant or ListConstruct of ints).
+Value* NegatedIntList(Emit& e, Value* list) {
+  if (auto iv = torch::jit::toIValue(list)) {
+    std::vector<int64_t> v = iv->toIntVector();
+    for (auto& x : v) x = -x;
+    return e.g.insertConstant(v);
+  }
+  if (list->node()->kind() != torch::jit::prim::ListConstruct) {
+    throw UnsupportedOp("aten::constant_pad_nd with a pad list that is neither constant nor built");
+  }
+  std::vector<Value*> items;
+  for (Value* in : list->node()->inputs()) items.push_back(e.op("aten::neg", {in}));
+  return e.int_list(items);
 }
 
 using Grads = std::vector<Value*>;  // one per node input, nullptr = none
@@ -295,6 +420,77 @@ const std::unordered_map<std::string, Rule>& Rules() {
          return {e.op("aten::mm", {g, e.op("aten::t", {n->input(1)})}),
                  e.op("aten::mm", {e.op("aten::t", {n->input(0)}), g})};
        }},
+      {"aten::flatten",
+       [](Emit& e, Node* n, const Grads& go) -> Grads {
+         Grads r(n->inputs().size(), nullptr);
+         r[0] = e.op("aten::reshape", {go[0], e.size(n->input(0))});
+         return r;
+       }},
+      {"aten::permute",
+       [](Emit& e, Node* n, const Grads& go) -> Grads {
+         std::vector<int64_t> dims = ConstIntList(n->input(1), "aten::permute dims");
+         const int64_t rank = static_cast<int64_t>(dims.size());
+         std::vector<int64_t> inverse(dims.size());
+         for (int64_t i = 0; i < rank; ++i) {
+           const int64_t d = dims[i] < 0 ? dims[i] + rank : dims[i];
+           inverse[d] = i;
+         }
+         return {e.op("aten::permute", {go[0], e.g.insertConstant(inverse)}), nullptr};
+       }},
+      {"aten::constant_pad_nd",  // crop by the negated pads
+       [](Emit& e, Node* n, const Grads& go) -> Grads {
+         Grads r(n->inputs().size(), nullptr);
+         r[0] = e.op("aten::constant_pad_nd", {go[0], NegatedIntList(e, n->input(1)), e.c(0.0)});
+         return r;
+       }},
+      {"aten::conv2d",  // (x, w, b, stride, padding, dilation, groups)
+       [](Emit& e, Node* n, const Grads& go) -> Grads {
+         ExpectBatched(n->input(0), "aten::conv2d");
+         if (!IsTensor(n->input(4)) && n->input(4)->type()->kind() == c10::TypeKind::StringType) {
+           throw UnsupportedOp("aten::conv2d with string padding (decompose first)");
+         }
+         ConvParams c{ConstIntList(n->input(3), "aten::conv2d stride", 2),
+                      ConstIntList(n->input(4), "aten::conv2d padding", 2),
+                      ConstIntList(n->input(5), "aten::conv2d dilation", 2),
+                      ConstInt(n->input(6), "aten::conv2d groups")};
+         Grads r(n->inputs().size(), nullptr);
+         r[0] = ConvInputGrad(e, go[0], n->input(1), n->input(0), c);
+         r[1] = ConvWeightGrad(e, n->input(0), go[0], n->input(1), c);
+         if (IsTensor(n->input(2))) r[2] = BiasGrad(e, go[0]);
+         return r;
+       }},
+      {"aten::conv_transpose2d",  // (u, w, b, stride, padding, output_padding, groups, dilation)
+       [](Emit& e, Node* n, const Grads& go) -> Grads {
+         ExpectBatched(n->input(0), "aten::conv_transpose2d");
+         ConvParams c{ConstIntList(n->input(3), "aten::conv_transpose2d stride", 2),
+                      ConstIntList(n->input(4), "aten::conv_transpose2d padding", 2),
+                      ConstIntList(n->input(7), "aten::conv_transpose2d dilation", 2),
+                      ConstInt(n->input(6), "aten::conv_transpose2d groups")};
+         Grads r(n->inputs().size(), nullptr);
+         // The transposed convolution is the adjoint of conv2d(., w): its
+         // adjoint is conv2d again, and the weight rule is conv2d's with
+         // input and cotangent exchanged.
+         r[0] = e.op("aten::conv2d", {go[0], n->input(1), e.g.insertConstant(c10::IValue()),
+                                      e.g.insertConstant(c.stride), e.g.insertConstant(c.padding),
+                                      e.g.insertConstant(c.dilation), e.ci(c.groups)});
+         r[1] = ConvWeightGrad(e, go[0], n->input(0), n->input(1), c);
+         if (IsTensor(n->input(2))) r[2] = BiasGrad(e, go[0]);
+         return r;
+       }},
+      {"aten::max_pool2d_with_indices",  // outputs (values, indices)
+       [](Emit& e, Node* n, const Grads& go) -> Grads {
+         Grads r(n->inputs().size(), nullptr);
+         if (go[0] == nullptr) return r;
+         // Indices are flat positions in each input plane: scatter the
+         // gradient there over the flattened spatial dims.
+         Value* x = n->input(0);
+         auto flat = [&](Value* v) { return e.op("aten::flatten", {v, e.ci(-2), e.ci(-1)}); };
+         Value* plane = e.zeros_like(flat(x));
+         Value* scattered = e.op("aten::scatter_add",
+                                 {plane, e.ci(-1), flat(n->output(1)), flat(go[0])});
+         r[0] = e.op("aten::reshape", {scattered, e.size(x)});
+         return r;
+       }},
       {"aten::gather",
        [](Emit& e, Node* n, const Grads& go) -> Grads {
          Grads r(n->inputs().size(), nullptr);
@@ -311,13 +507,23 @@ const std::unordered_map<std::string, Rule>& Rules() {
   return *rules;
 }
 
-// Ops whose outputs carry no gradient (masks, shapes, fresh constants).
+// Ops whose outputs carry no gradient (masks, shapes, fresh constants,
+// anything with no tensor output such as integer arithmetic on sizes).
 bool IsNonDifferentiable(const Node* n) {
   static const std::unordered_set<std::string> kOps = {
       "aten::gt", "aten::lt", "aten::ge", "aten::le", "aten::eq",
       "aten::size", "aten::numel", "aten::zeros_like", "aten::ones_like",
-      "prim::Constant", "prim::ListConstruct"};
-  return kOps.count(OpName(n)) > 0;
+      "prim::Constant", "prim::ListConstruct", "prim::NumToTensor"};
+  if (kOps.count(OpName(n)) > 0) return true;
+  for (const Value* out : n->outputs()) {
+    if (CarriesTensor(out)) return false;
+  }
+  return true;
+}
+
+// Multi-output ops with a rule (the rule reads the cotangents it needs).
+bool HasMultiOutputRule(const std::string& name) {
+  return name == "aten::max_pool2d_with_indices";
 }
 
 Grads AdamRule(Emit& e, Node* n, const Grads& go);
@@ -372,7 +578,7 @@ std::vector<Value*> AppendVjp(Graph& graph, const std::vector<Value*>& outputs,
     } else {
       auto rule = Rules().find(name);
       if (rule == Rules().end()) throw UnsupportedOp(name);
-      if (node->outputs().size() != 1) throw UnsupportedOp(name);
+      if (node->outputs().size() != 1 && !HasMultiOutputRule(name)) throw UnsupportedOp(name);
       input_grads = rule->second(e, node, grad_outputs);
     }
     for (size_t i = 0; i < input_grads.size() && i < node->inputs().size(); ++i) {

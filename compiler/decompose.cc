@@ -6,6 +6,7 @@
 
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
+#include <torch/torch.h>
 
 #include "compiler/primitives.h"
 
@@ -29,6 +30,121 @@ int64_t TensorRank(Value* v) {
 
 Value* Insert(Graph& g, const char* op, std::vector<torch::jit::NamedValue> args) {
   return g.insert(Symbol::fromQualString(op), args);
+}
+
+bool IsNone(Value* v) { return v->type()->kind() == c10::TypeKind::NoneType; }
+
+// A constant int list argument (a prim::Constant or a ListConstruct of
+// constants), or nullopt.
+c10::optional<std::vector<int64_t>> IntList(Value* v) {
+  if (auto iv = ConstantOf(v)) {
+    if (iv->isIntList()) return iv->toIntVector();
+    if (iv->isInt()) return std::vector<int64_t>{iv->toInt()};
+    return c10::nullopt;
+  }
+  if (v->node()->kind() != torch::jit::prim::ListConstruct) return c10::nullopt;
+  std::vector<int64_t> out;
+  for (Value* in : v->node()->inputs()) {
+    auto iv = ConstantOf(in);
+    if (!iv || !iv->isInt()) return c10::nullopt;
+    out.push_back(iv->toInt());
+  }
+  return out;
+}
+
+// conv2d / conv_transpose2d from the generic convolution signature
+// (input, weight, bias, stride, padding, dilation, transposed,
+// output_padding, groups, ...): 2-D, batched (NCHW) only.
+Value* Convolution(Graph& g, Node* n) {
+  auto transposed = ConstantOf(n->input(6));
+  auto output_padding = IntList(n->input(7));
+  if (TensorRank(n->input(0)) != 4 || !transposed || !output_padding) return nullptr;
+  Value *x = n->input(0), *w = n->input(1), *b = n->input(2);
+  if (!transposed->toBool()) {
+    return Insert(g, "aten::conv2d",
+                  {x, w, b, n->input(3), n->input(4), n->input(5), n->input(8)});
+  }
+  return Insert(g, "aten::conv_transpose2d",
+                {x, w, b, n->input(3), n->input(4), n->input(7), n->input(8), n->input(5)});
+}
+
+// softplus(x) = log(exp(0) + exp(x)) = logsumexp over a new leading dim of
+// [0 * x, x]: stable for any x, and its derivative (softmax weights) gives
+// sigmoid(x) exactly, 1/2 at 0 included.
+Value* Softplus(Graph& g, Value* x, int64_t rank) {
+  std::vector<int64_t> shape(static_cast<size_t>(rank) + 1, 1);
+  shape[0] = 2;
+  at::Tensor selector =
+      torch::tensor({0.0, 1.0}, at::TensorOptions().dtype(at::kDouble)).reshape(shape);
+  Value* weights = Insert(g, "aten::type_as", {g.insertConstant(selector), x});
+  Value* stacked = Insert(g, "aten::mul", {Insert(g, "aten::unsqueeze", {x, g.insertConstant(0)}),
+                                           weights});
+  return Insert(g, "aten::logsumexp",
+                {stacked, g.insertConstant(std::vector<int64_t>{0}), g.insertConstant(false)});
+}
+
+// batch_norm(x, weight, bias, running_mean, running_var, training, momentum,
+// eps, cudnn): normalizes over every dim but 1. Training mode (or no running
+// statistics) uses the batch mean and the biased batch variance (mean of
+// squared deviations), as batch_norm does; eval mode uses the running
+// statistics as constants. The running-statistics update of training mode
+// is a side effect the compiled program does not perform (warned).
+Value* BatchNorm(Graph& g, Node* n) {
+  const int64_t rank = TensorRank(n->input(0));
+  auto training = ConstantOf(n->input(5));
+  auto eps = ConstantOf(n->input(7));
+  if (rank < 2 || !training || !eps) return nullptr;
+  Value *x = n->input(0), *weight = n->input(1), *bias = n->input(2),
+        *running_mean = n->input(3), *running_var = n->input(4);
+  const bool batch_stats = training->toBool() || IsNone(running_mean) || IsNone(running_var);
+  if (training->toBool() && (!IsNone(running_mean) || !IsNone(running_var))) {
+    TORCH_WARN(
+        "metafuse compiler: aten::batch_norm in training mode normalizes with batch "
+        "statistics exactly as eager, but the compiled program does not update "
+        "running_mean/running_var (nor num_batches_tracked); update them outside the "
+        "compiled call, or use track_running_stats=False, if you need them.");
+  }
+  std::vector<int64_t> dims = {0}, channel_shape(rank, 1);
+  for (int64_t d = 2; d < rank; ++d) dims.push_back(d);
+  channel_shape[1] = -1;
+  Value* shape = g.insertConstant(channel_shape);
+  Value *centered, *var;
+  if (batch_stats) {
+    Value* dims_value = g.insertConstant(dims);
+    Value* mean = Insert(g, "aten::mean", {x, dims_value, g.insertConstant(true)});
+    centered = Insert(g, "aten::sub", {x, mean});
+    var = Insert(g, "aten::mean", {Insert(g, "aten::mul", {centered, centered}), dims_value,
+                                   g.insertConstant(true)});
+  } else {
+    centered = Insert(g, "aten::sub", {x, Insert(g, "aten::reshape", {running_mean, shape})});
+    var = Insert(g, "aten::reshape", {running_var, shape});
+  }
+  Value* std = Insert(g, "aten::sqrt", {Insert(g, "aten::add", {var, g.insertConstant(eps->toDouble())})});
+  Value* out = Insert(g, "aten::div", {centered, std});
+  if (!IsNone(weight)) {
+    out = Insert(g, "aten::mul", {out, Insert(g, "aten::reshape", {weight, shape})});
+  }
+  if (!IsNone(bias)) {
+    out = Insert(g, "aten::add", {out, Insert(g, "aten::reshape", {bias, shape})});
+  }
+  return out;
+}
+
+// max_pool2d(x, kernel, stride, padding, dilation, ceil_mode) -> values of
+// max_pool2d_with_indices (whose indices the derivative rule scatters to).
+Value* MaxPool2d(Graph& g, Node* n) {
+  const int64_t rank = TensorRank(n->input(0));
+  if (rank != 3 && rank != 4) return nullptr;
+  std::vector<Value*> inputs(n->inputs().begin(), n->inputs().end());
+  Node* pool = g.create(Symbol::fromQualString("aten::max_pool2d_with_indices"), inputs, 2);
+  g.insertNode(pool);
+  pool->output(0)->setType(n->output()->type());
+  pool->output(1)->setType(c10::TensorType::get()->withScalarType(at::kLong));
+  if (pool->maybeSchema() == nullptr) {
+    pool->destroy();
+    return nullptr;
+  }
+  return pool->output(0);
 }
 
 // Each rewrite returns the replacement value or nullptr when the node's
@@ -129,6 +245,69 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
            return nullptr;
          }
          return NegativeLogLikelihood(g, n->input(0), n->input(1));
+       }},
+      {"aten::_convolution", [](Graph& g, Node* n) -> Value* { return Convolution(g, n); }},
+      {"aten::convolution", [](Graph& g, Node* n) -> Value* { return Convolution(g, n); }},
+      {"aten::conv2d",  // the padding="valid"/"same" overload
+       [](Graph& g, Node* n) -> Value* {
+         auto mode = ConstantOf(n->input(4));
+         auto stride = IntList(n->input(3)), dilation = IntList(n->input(5));
+         auto weight = n->input(1)->type()->cast<c10::TensorType>();
+         if (!mode || !mode->isString() || !stride || !dilation || !weight ||
+             TensorRank(n->input(0)) != 4) {
+           return nullptr;
+         }
+         std::vector<int64_t> padding = {0, 0};
+         if (mode->toStringRef() == "same") {
+           auto sizes = weight->sizes().concrete_sizes();
+           if (!sizes || sizes->size() != 4) return nullptr;
+           for (size_t i = 0; i < 2; ++i) {
+             const int64_t s = (*stride)[stride->size() == 1 ? 0 : i];
+             const int64_t d = (*dilation)[dilation->size() == 1 ? 0 : i];
+             const int64_t total = d * ((*sizes)[2 + i] - 1);
+             if (s != 1 || total % 2 != 0) return nullptr;  // asymmetric padding
+             padding[i] = total / 2;
+           }
+         } else if (mode->toStringRef() != "valid") {
+           return nullptr;
+         }
+         return Insert(g, "aten::conv2d", {n->input(0), n->input(1), n->input(2), n->input(3),
+                                           g.insertConstant(padding), n->input(5), n->input(6)});
+       }},
+      {"aten::max_pool2d", [](Graph& g, Node* n) -> Value* { return MaxPool2d(g, n); }},
+      {"aten::batch_norm", [](Graph& g, Node* n) -> Value* { return BatchNorm(g, n); }},
+      {"aten::softplus",  // (x, beta, threshold): x where beta x > threshold
+       [](Graph& g, Node* n) -> Value* {
+         auto beta = ConstantOf(n->input(1)), threshold = ConstantOf(n->input(2));
+         const int64_t rank = TensorRank(n->input(0));
+         if (!beta || !threshold || rank < 0) return nullptr;
+         const double b = beta->toScalar().toDouble();
+         if (b <= 0.0) return nullptr;
+         Value* x = n->input(0);
+         Value* bx = b == 1.0 ? x : Insert(g, "aten::mul", {x, g.insertConstant(b)});
+         Value* soft = Softplus(g, bx, rank);
+         if (b != 1.0) soft = Insert(g, "aten::div", {soft, g.insertConstant(b)});
+         Value* linear = Insert(g, "aten::gt",
+                                {bx, g.insertConstant(threshold->toScalar().toDouble())});
+         return Insert(g, "aten::where", {linear, x, soft});
+       }},
+      {"aten::log_sigmoid",  // -softplus(-x)
+       [](Graph& g, Node* n) -> Value* {
+         const int64_t rank = TensorRank(n->input(0));
+         if (rank < 0) return nullptr;
+         Value* neg = Insert(g, "aten::neg", {n->input(0)});
+         return Insert(g, "aten::neg", {Softplus(g, neg, rank)});
+       }},
+      {"aten::max",  // max(x): every element
+       [](Graph& g, Node* n) -> Value* {
+         if (n->inputs().size() != 1) return nullptr;
+         return Insert(g, "aten::amax", {n->input(0), g.insertConstant(std::vector<int64_t>{}),
+                                         g.insertConstant(false)});
+       }},
+      {"aten::rsqrt",
+       [](Graph& g, Node* n) -> Value* {
+         return Insert(g, "aten::div", {Insert(g, "aten::ones_like", {n->input(0)}),
+                                        Insert(g, "aten::sqrt", {n->input(0)})});
        }},
       {"aten::dropout",
        [](Graph& g, Node* n) -> Value* {

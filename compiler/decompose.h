@@ -10,6 +10,27 @@
 //   cross_entropy(x, t)    -> mean(-gather(log_softmax(x, 1), 1, t[:, None]))
 //   nll_loss(x, t)         -> mean(-gather(x, 1, t[:, None]))
 //   dropout(x, p, False)   -> x
+//   _convolution / convolution (2-D, NCHW)
+//                          -> conv2d or conv_transpose2d.input
+//   conv2d(..., padding="valid" | "same")
+//                          -> conv2d with int padding (same: stride 1,
+//                             symmetric padding only)
+//   max_pool2d(x, ...)     -> max_pool2d_with_indices(x, ...)[0]
+//   batch_norm(x, w, b, rm, rv, training, momentum, eps)
+//       training (or no running stats):
+//                          m = mean(x, dims, keepdim), c = x - m,
+//                          v = mean(c * c, dims, keepdim) (biased),
+//                          c / sqrt(v + eps) * w + b   (dims: all but 1)
+//       eval:              (x - rm) / sqrt(rv + eps) * w + b, the running
+//                          statistics as they are (constants or inputs)
+//       The compiled program never updates running_mean / running_var /
+//       num_batches_tracked: training mode with running statistics warns
+//       (TORCH_WARN) that the momentum update is not performed.
+//   softplus(x, beta, t)   -> where(beta x > t, x,
+//                                   logsumexp([0, beta x], 0) / beta)
+//   log_sigmoid(x)         -> -softplus(-x)
+//   max(x)                 -> amax(x, [])
+//   rsqrt(x)               -> ones_like(x) / sqrt(x)
 // Returns the names of the ops it could neither keep nor rewrite (empty when
 // the whole graph is in the primitive set).
 #pragma once

@@ -5,8 +5,37 @@
 namespace metafuse::compiler {
 
 using torch::jit::Node;
+using torch::jit::Value;
 
 std::string OpName(const Node* node) { return node->kind().toQualString(); }
+
+bool CarriesTensor(const Value* value) {
+  const auto& type = value->type();
+  if (type->kind() == c10::TypeKind::TensorType) return true;
+  if (auto list = type->cast<c10::ListType>()) {
+    return list->getElementType()->kind() == c10::TypeKind::TensorType;
+  }
+  return false;
+}
+
+namespace {
+
+// Arithmetic on ints (sizes, output paddings): no tensor in, none out.
+bool IsScalarArithmetic(const Node* node) {
+  static const std::unordered_set<std::string> kOps = {
+      "aten::add", "aten::sub", "aten::mul", "aten::remainder",
+      "aten::floordiv", "aten::neg", "aten::__getitem__", "aten::len"};
+  if (!kOps.count(OpName(node)) || !node->blocks().empty()) return false;
+  for (const Value* v : node->inputs()) {
+    if (CarriesTensor(v)) return false;
+  }
+  for (const Value* v : node->outputs()) {
+    if (CarriesTensor(v)) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 bool IsPrimitive(const Node* node) {
   static const std::unordered_set<std::string> kPrimitives = {
@@ -24,13 +53,27 @@ bool IsPrimitive(const Node* node) {
       // shape
       "aten::reshape", "aten::view", "aten::expand", "aten::sum_to_size",
       "aten::t", "aten::transpose", "aten::unsqueeze", "aten::squeeze",
-      "aten::size", "aten::numel",
-      // linear algebra, indexing
-      "aten::mm", "aten::gather", "aten::scatter_add",
+      "aten::size", "aten::numel", "aten::flatten", "aten::permute",
+      "aten::constant_pad_nd",
+      // sizes as scalars
+      "aten::Int", "prim::NumToTensor",
+      // linear algebra, convolution, pooling, indexing
+      "aten::mm", "aten::conv_transpose2d", "aten::max_pool2d_with_indices",
+      "aten::gather", "aten::scatter_add",
       // fused optimizer update
       "metafuse::adam",
   };
-  return kPrimitives.count(OpName(node)) > 0;
+  const std::string name = OpName(node);
+  if (name == "aten::conv2d") {
+    // The padding="same"/"valid" overload is rewritten by decomposition.
+    return node->inputs().size() == 7 &&
+           node->input(4)->type()->kind() != c10::TypeKind::StringType;
+  }
+  if (name == "aten::flatten") {
+    return node->inputs().size() == 3 &&
+           node->input(1)->type()->kind() == c10::TypeKind::IntType;
+  }
+  return kPrimitives.count(name) > 0 || IsScalarArithmetic(node);
 }
 
 }  // namespace metafuse::compiler

@@ -12,6 +12,47 @@ namespace metafuse::runtime {
 using torch::jit::Node;
 using torch::jit::Value;
 
+namespace {
+
+// Interpreter built-ins without a registered operator (lists and tuples
+// built at run time, e.g. sizes computed by derivative rules).
+torch::jit::Operation OperationOf(Node* node) {
+  const size_t num_inputs = node->inputs().size();
+  const size_t num_outputs = node->outputs().size();
+  switch (node->kind()) {
+    case torch::jit::prim::ListConstruct: {
+      c10::TypePtr element = node->output()->type()->expectRef<c10::ListType>().getElementType();
+      return [element, num_inputs](torch::jit::Stack& stack) {
+        c10::impl::GenericList list(element);
+        list.reserve(num_inputs);
+        for (size_t i = stack.size() - num_inputs; i < stack.size(); ++i) {
+          list.push_back(std::move(stack[i]));
+        }
+        stack.resize(stack.size() - num_inputs);
+        stack.emplace_back(std::move(list));
+      };
+    }
+    case torch::jit::prim::ListUnpack:
+      return [num_outputs](torch::jit::Stack& stack) {
+        c10::impl::GenericList list = stack.back().toList();
+        stack.pop_back();
+        TORCH_CHECK(list.size() == num_outputs, "metafuse runtime: prim::ListUnpack of a ",
+                    list.size(), "-element list into ", num_outputs, " values");
+        for (size_t i = 0; i < num_outputs; ++i) stack.push_back(list.get(i));
+      };
+    case torch::jit::prim::TupleConstruct:
+      return [num_inputs](torch::jit::Stack& stack) {
+        std::vector<c10::IValue> items(stack.end() - num_inputs, stack.end());
+        stack.resize(stack.size() - num_inputs);
+        stack.emplace_back(c10::ivalue::Tuple::create(std::move(items)));
+      };
+    default:
+      return node->getOperation();
+  }
+}
+
+}  // namespace
+
 Program::Program(const std::shared_ptr<torch::jit::Graph>& graph) {
   std::unordered_map<const Value*, int> reg;
   auto allocate = [&](const Value* v) {
@@ -29,7 +70,7 @@ Program::Program(const std::shared_ptr<torch::jit::Graph>& graph) {
     }
     Instruction ins;
     ins.name = node->kind().toQualString();
-    ins.op = node->getOperation();
+    ins.op = OperationOf(node);
     for (const Value* in : node->inputs()) ins.inputs.push_back(reg.at(in));
     for (const Value* out : node->outputs()) ins.outputs.push_back(allocate(out));
     code_.push_back(std::move(ins));
