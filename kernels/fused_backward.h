@@ -24,6 +24,9 @@
 
 #include "kernels/multi_tensor.h"
 
+// Needs MF_VECTORIZED_LOOP and DispatchVariant from kernels/fused_step.h,
+// which includes this file.
+
 namespace metafuse::kernels {
 
 template <class Opt, class = void>
@@ -96,17 +99,13 @@ MF_VECTORIZED_LOOP void BackwardLoop(
   }
 }
 
-template <class Opt, typename T, bool kParam, int V = 0>
+template <class Opt, typename T, bool kParam>
 void RunBackwardVariant(int variant,
                         const typename Opt::template Coeffs<at::opmath_type<T>>& c,
                         const BackwardPtrs<T>& q, int64_t lo, int64_t hi) {
-  if constexpr (V < Opt::kNumVariants) {
-    if (variant == V) {
-      BackwardLoop<Opt, T, kParam, V>(c, q, lo, hi);
-    } else {
-      RunBackwardVariant<Opt, T, kParam, V + 1>(variant, c, q, lo, hi);
-    }
-  }
+  DispatchVariant<Opt::kNumVariants>(variant, [&](auto v) {
+    BackwardLoop<Opt, T, kParam, decltype(v)::value>(c, q, lo, hi);
+  });
 }
 
 // saved = {g[K], p[P], s_in[S*K], s_out[S*K], aux[X*K]} (as FusedStepFunction

@@ -39,6 +39,24 @@
 #define MF_VECTORIZED_LOOP
 #endif
 
+namespace metafuse::kernels {
+
+// Calls fn(std::integral_constant<int, V>{}) for the runtime `variant`
+// (0 <= variant < N): the optimizer variant becomes a template argument of
+// the hot loops, so they hold no per-element branch on it.
+template <int N, int V = 0, class Fn>
+void DispatchVariant(int variant, Fn&& fn) {
+  if constexpr (V < N) {
+    if (variant == V) {
+      fn(std::integral_constant<int, V>{});
+    } else {
+      DispatchVariant<N, V + 1>(variant, std::forward<Fn>(fn));
+    }
+  }
+}
+
+}  // namespace metafuse::kernels
+
 #include "kernels/fused_backward.h"
 
 namespace metafuse::kernels {
@@ -146,17 +164,13 @@ MF_VECTORIZED_LOOP void ElementLoop(
   }
 }
 
-template <class Opt, typename T, int kMode, int V = 0>
+template <class Opt, typename T, int kMode>
 void RunVariant(int variant,
                 const typename Opt::template Coeffs<at::opmath_type<T>>& c,
                 const ChunkPtrs<T>& ptr, int64_t n) {
-  if constexpr (V < Opt::kNumVariants) {
-    if (variant == V) {
-      ElementLoop<Opt, T, kMode, V>(c, ptr, n);
-    } else {
-      RunVariant<Opt, T, kMode, V + 1>(variant, c, ptr, n);
-    }
-  }
+  DispatchVariant<Opt::kNumVariants>(variant, [&](auto v) {
+    ElementLoop<Opt, T, kMode, decltype(v)::value>(c, ptr, n);
+  });
 }
 
 template <class Opt, typename T>
