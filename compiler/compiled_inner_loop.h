@@ -10,13 +10,14 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include "compiler/compiled_function.h"
 #include "compiler/inner_loop.h"
 #include "compiler/ir_dump.h"
 #include "runtime/program.h"
 
 namespace metafuse::compiler {
 
-class CompiledInnerLoop : public std::enable_shared_from_this<CompiledInnerLoop> {
+class CompiledInnerLoop {
  public:
   // Compiles a traced per-step loss graph (inputs: params, batch, extras).
   // Throws UnsupportedOp naming the first op outside the primitive set.
@@ -29,22 +30,16 @@ class CompiledInnerLoop : public std::enable_shared_from_this<CompiledInnerLoop>
   // and lr through the compiled meta-backward.
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) const;
 
-  const runtime::Program& forward_program() const { return *forward_; }
-  const runtime::Program& backward_program() const { return *backward_; }
+  const runtime::Program& forward_program() const { return function_->forward_program(); }
+  const runtime::Program& backward_program() const { return function_->backward_program(); }
   const StageLog& stages() const { return stages_; }
   const InnerLoopLayout& layout() const { return layout_; }
-  int64_t num_outputs() const { return split_.num_outputs; }
-  int64_t num_saved() const { return split_.num_saved; }
-  const std::vector<int64_t>& differentiable_inputs() const {
-    return split_.differentiable_inputs;
-  }
 
  private:
   CompiledInnerLoop() = default;
   InnerLoopLayout layout_;
   OptimizerSpec optimizer_;
-  SplitProgram split_;
-  std::unique_ptr<runtime::Program> forward_, backward_;
+  std::shared_ptr<CompiledFunction> function_;
   StageLog stages_;
 };
 

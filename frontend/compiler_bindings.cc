@@ -10,6 +10,15 @@
 namespace py = pybind11;
 
 namespace metafuse::compiler {
+namespace {
+
+// A compiled user function together with the IR of its stages.
+struct CompiledUserFunction {
+  std::shared_ptr<CompiledFunction> function;
+  StageLog stages;
+};
+
+}  // namespace
 
 void BindCompiler(py::module_& parent) {
   py::module_ m = parent.def_submodule("_compiler", "metafuse's compiler (C++).");
@@ -37,6 +46,34 @@ void BindCompiler(py::module_& parent) {
         return py::make_tuple(l.forward_program().Listing(),
                               l.backward_program().Listing());
       });
+
+  py::class_<CompiledUserFunction, std::shared_ptr<CompiledUserFunction>>(
+      m, "CompiledFunction")
+      .def("__call__",
+           [](const CompiledUserFunction& f, const std::vector<at::Tensor>& inputs) {
+             return (*f.function)(inputs);
+           })
+      .def("stages", [](const CompiledUserFunction& f) { return f.stages.stages(); })
+      .def_property_readonly("forward_instructions", [](const CompiledUserFunction& f) {
+        return f.function->forward_program().num_instructions();
+      })
+      .def_property_readonly("backward_instructions", [](const CompiledUserFunction& f) {
+        return f.function->backward_program().num_instructions();
+      });
+
+  m.def(
+      "compile_function",
+      [](const std::shared_ptr<torch::jit::Graph>& traced,
+         const std::vector<int64_t>& differentiable_inputs) {
+        py::gil_scoped_release no_gil;
+        auto out = std::make_shared<CompiledUserFunction>();
+        std::shared_ptr<torch::jit::Graph> graph = traced->copy();
+        PrepareCapturedGraph(graph, &out->stages);
+        out->function = CompiledFunction::Build(graph, differentiable_inputs,
+                                                &out->stages);
+        return out;
+      },
+      py::arg("graph"), py::arg("differentiable_inputs"));
 
   m.def(
       "compile",

@@ -24,6 +24,7 @@ same metafuse optimizer instead, after one CompilationFallbackWarning that
 says why: never a wrong result.
 """
 
+import functools
 import numbers
 import os
 import warnings
@@ -37,7 +38,8 @@ from metafuse.base import GradientTransformation, apply_updates
 
 _core = _C._compiler
 
-__all__ = ["compile_inner_loop", "CompiledInnerLoop", "CompilationFallbackWarning"]
+__all__ = ["compile_inner_loop", "compile", "grad", "CompiledInnerLoop",
+           "CompiledFunction", "CompilationFallbackWarning"]
 
 
 class CompilationFallbackWarning(UserWarning):
@@ -276,3 +278,129 @@ def compile_inner_loop(loss_fn, optimizer, steps, *, return_losses=False):
     """Returns ``adapt(params, *batch) -> adapted params`` (and the stacked
     inner losses when ``return_losses``); see the module docstring."""
     return CompiledInnerLoop(loss_fn, optimizer, steps, return_losses)
+
+
+def grad(output, inputs):
+    """Gradient of a scalar ``output`` with respect to a pytree of tensors,
+    as a pytree of the same structure; differentiable (create_graph), zeros
+    where ``output`` does not depend on a leaf. Inside a function compiled
+    with metafuse.compile it becomes a symbolic gradient of the program."""
+    leaves, spec = _tree.flatten(inputs)
+    if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
+        raise TypeError("metafuse.grad: `inputs` must be a tensor or a pytree of "
+                        "tensors")
+    if not isinstance(output, torch.Tensor):
+        raise TypeError(f"metafuse.grad: `output` must be a tensor, got "
+                        f"{type(output).__name__}")
+    return _tree.unflatten(spec, list(torch.ops.metafuse.grad(output, leaves)))
+
+
+class CompiledFunction:
+    """A user function compiled by metafuse.compile (see compile)."""
+
+    def __init__(self, fn, argnums):
+        self.fn = fn
+        self.argnums = argnums
+        self.compile_count = 0
+        self._programs = {}
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args):
+        if max(self.argnums) >= len(args):
+            raise ValueError(f"metafuse.compile: argnums {self.argnums} out of range "
+                             f"for {len(args)} argument(s)")
+        flat, specs = [], []
+        for i, arg in enumerate(args):
+            leaves, spec = _tree.flatten(arg)
+            if not all(isinstance(t, torch.Tensor) for t in leaves):
+                raise TypeError(f"metafuse.compile: argument {i} must be a pytree of "
+                                "tensors")
+            specs.append((spec, len(leaves)))
+            flat.extend(leaves)
+        closed = _closed_over_tensors(self.fn)
+        keys = [k for k, _ in closed]
+        extras = [t for _, t in closed]
+        guard = (tuple(s for s, _ in specs), tuple(keys), _describe(flat),
+                 _describe(extras))
+        entry = self._programs.get(guard)
+        if entry is None:
+            entry = self._compile(args, specs, flat, keys, extras)
+            self._programs[guard] = entry
+        if isinstance(entry, str):
+            return self.fn(*args)
+        program, out_spec = entry
+        return _tree.unflatten(out_spec, program(flat + extras))
+
+    def _compile(self, args, specs, flat, keys, extras):
+        self.compile_count += 1
+        out_spec = []
+
+        def flat_fn(*leaves):
+            call, k = [], 0
+            for spec, n in specs:
+                call.append(_tree.unflatten(spec, list(leaves[k:k + n])))
+                k += n
+            with _Rebind(self.fn, keys, leaves[k:]):
+                result = self.fn(*call)
+            out_leaves, spec = _tree.flatten(result)
+            if not out_leaves or not all(isinstance(t, torch.Tensor) for t in out_leaves):
+                raise TypeError("metafuse.compile: the function must return a "
+                                "pytree of tensors")
+            out_spec.append(spec)
+            return tuple(out_leaves)
+
+        differentiable, k = [], 0
+        for i, (spec, n) in enumerate(specs):
+            if i in self.argnums:
+                differentiable.extend(range(k, k + n))
+            k += n
+        differentiable.extend(range(k, k + len(extras)))
+        # metafuse.grad runs eagerly while tracing: differentiable examples
+        # must require grad.
+        examples = tuple(t.detach().requires_grad_(i in differentiable and
+                                                    t.is_floating_point())
+                         for i, t in enumerate(flat + extras))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", torch.jit.TracerWarning)
+            try:
+                traced = torch.jit.trace(flat_fn, examples, check_trace=False)
+            except RuntimeError as exc:
+                return self._fallback(f"the function could not be traced ({exc})")
+        for w in caught:
+            if issubclass(w.category, torch.jit.TracerWarning) and not _inside_torch(w.filename):
+                return self._fallback(f"tracing is not exact at {w.filename}:"
+                                      f"{w.lineno} ({str(w.message).splitlines()[0]})")
+        try:
+            program = _core.compile_function(traced.graph, differentiable)
+        except _core.UnsupportedOp as exc:
+            return self._fallback(f"op {exc} is outside the compiler's primitive set")
+        return program, out_spec[0]
+
+    def _fallback(self, reason):
+        warnings.warn(f"metafuse.compile: {reason}; running {self.fn.__name__} "
+                      "eagerly (same results, not compiled)",
+                      CompilationFallbackWarning, stacklevel=4)
+        return reason
+
+    def stages(self):
+        return [stage for entry in self._programs.values()
+                if not isinstance(entry, str) for stage in entry[0].stages()]
+
+
+def compile(fn=None, *, argnums=(0,)):  # noqa: A001 (the public name)
+    """Decorator: compiles a function that writes its own inner loop with
+    metafuse's optimizer API and ``metafuse.grad``. The result is
+    differentiable with respect to the arguments in ``argnums`` (pytrees of
+    tensors; default: the first) and the tensors the function closes over;
+    other arguments are data. Cached per guard, with the same fallback rules
+    as compile_inner_loop."""
+    argnums = (argnums,) if isinstance(argnums, numbers.Integral) else tuple(argnums)
+    if not argnums or any(not isinstance(a, numbers.Integral) or a < 0 for a in argnums):
+        raise ValueError(f"metafuse.compile: `argnums` must be non-negative integers, "
+                         f"got {argnums!r}")
+
+    def decorate(f):
+        if not callable(f):
+            raise TypeError("metafuse.compile: expected a function")
+        return CompiledFunction(f, argnums)
+    return decorate(fn) if fn is not None else decorate

@@ -1,0 +1,105 @@
+#include "compiler/compiled_function.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/passes/lower_tuples.h>
+#include <torch/csrc/jit/passes/remove_mutation.h>
+
+#include "compiler/autodiff.h"
+#include "compiler/decompose.h"
+#include "compiler/grad_marker.h"
+#include "compiler/lower_broadcast.h"
+#include "compiler/lower_optimizer_ops.h"
+
+namespace metafuse::compiler {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Keeps the compiled function alive inside the autograd graph.
+struct Holder : torch::CustomClassHolder {
+  std::shared_ptr<const CompiledFunction> function;
+};
+
+struct ProgramNode : public torch::autograd::Function<ProgramNode> {
+  static variable_list forward(AutogradContext* ctx,
+                               c10::intrusive_ptr<Holder> holder,
+                               at::TensorList inputs) {
+    const CompiledFunction& fn = *holder->function;
+    std::vector<c10::IValue> in(inputs.begin(), inputs.end());
+    std::vector<c10::IValue> out = fn.forward_program().Run(std::move(in));
+    variable_list results;
+    for (int64_t i = 0; i < fn.num_outputs(); ++i) results.push_back(out[i].toTensor());
+    c10::impl::GenericList saved(c10::AnyType::get());
+    for (size_t i = fn.num_outputs(); i < out.size(); ++i) saved.push_back(out[i]);
+    ctx->saved_data["saved"] = saved;
+    ctx->saved_data["outputs"] = c10::List<at::Tensor>(results);
+    ctx->saved_data["num_inputs"] = static_cast<int64_t>(inputs.size());
+    ctx->saved_data["function"] = c10::IValue::make_capsule(holder);
+    return results;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list cotangents) {
+    auto holder = c10::static_intrusive_pointer_cast<Holder>(
+        ctx->saved_data["function"].toCapsule());
+    const CompiledFunction& fn = *holder->function;
+    std::vector<c10::IValue> in;
+    for (const auto& v : ctx->saved_data["saved"].toList()) in.push_back(v);
+    auto outputs = ctx->saved_data["outputs"].toTensorList();
+    for (size_t i = 0; i < cotangents.size(); ++i) {
+      in.push_back(cotangents[i].defined() ? cotangents[i]
+                                           : at::zeros_like(outputs.get(i)));
+    }
+    std::vector<c10::IValue> grads = fn.backward_program().Run(std::move(in));
+    const int64_t num_inputs = ctx->saved_data["num_inputs"].toInt();
+    variable_list result(1 + num_inputs);  // [holder], then one per input
+    const auto& diff = fn.differentiable_inputs();
+    for (size_t k = 0; k < diff.size(); ++k) result[1 + diff[k]] = grads[k].toTensor();
+    return result;
+  }
+};
+
+}  // namespace
+
+void PrepareCapturedGraph(const std::shared_ptr<torch::jit::Graph>& graph,
+                          StageLog* log) {
+  torch::jit::Inline(*graph);
+  torch::jit::LowerAllTuples(graph);  // a tuple of results -> one output each
+  torch::jit::RemoveTensorMutation(graph);
+  if (log) log->Record("captured", *graph);
+  LowerOptimizerOps(graph);
+  LowerBroadcastTensors(graph);
+  std::string names;
+  for (const auto& name : DecomposeToPrimitives(graph)) {
+    // Gradient markers are expanded below, once everything they
+    // differentiate is in the primitive set.
+    if (name == "metafuse::grad") continue;
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  if (!names.empty()) throw UnsupportedOp(names);
+  ExpandGradMarkers(graph);
+  CleanUp(graph);
+  if (log) log->Record("decomposed", *graph);
+}
+
+std::shared_ptr<CompiledFunction> CompiledFunction::Build(
+    const std::shared_ptr<torch::jit::Graph>& program,
+    const std::vector<int64_t>& differentiable_inputs, StageLog* log) {
+  auto fn = std::shared_ptr<CompiledFunction>(new CompiledFunction());
+  fn->split_ = BuildMetaBackward(program, differentiable_inputs, log);
+  fn->forward_ = std::make_unique<runtime::Program>(fn->split_.forward);
+  fn->backward_ = std::make_unique<runtime::Program>(fn->split_.backward);
+  return fn;
+}
+
+std::vector<at::Tensor> CompiledFunction::operator()(
+    const std::vector<at::Tensor>& inputs) const {
+  TORCH_CHECK(inputs.size() == forward_->num_inputs(), "compiled function takes ",
+              forward_->num_inputs(), " tensors, got ", inputs.size());
+  auto holder = c10::make_intrusive<Holder>();
+  holder->function = shared_from_this();
+  return ProgramNode::apply(holder, at::TensorList(inputs));
+}
+
+}  // namespace metafuse::compiler
