@@ -5,12 +5,42 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <unordered_set>
+
+#include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/csrc/jit/ir/ir.h>
 
 #include "metafuse/optim/state_helpers.h"
 #include "metafuse/optim/transforms.h"
 
 namespace metafuse::optim {
 namespace internal {
+
+namespace {
+
+bool DependsOnGraphInputs(torch::jit::Value* v,
+                          std::unordered_set<torch::jit::Value*>& seen) {
+  if (!seen.insert(v).second) return false;
+  if (v->node()->kind() == torch::jit::prim::Param) return true;
+  for (torch::jit::Value* in : v->node()->inputs()) {
+    if (DependsOnGraphInputs(in, seen)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int64_t ReadCount(const TransformState& state) {
+  const at::Tensor& count = state.field("count").tensors.at(0);
+  if (torch::jit::tracer::isTracing()) {
+    std::unordered_set<torch::jit::Value*> seen;
+    TORCH_CHECK(!DependsOnGraphInputs(torch::jit::tracer::getValueTrace(count), seen),
+                "optimizer state ", state.name, ".count comes from the traced "
+                "function's inputs: its value would be baked into the program. "
+                "Create the optimizer state inside the compiled function.");
+  }
+  return count.item<int64_t>();
+}
 
 void CheckStateMatches(const TransformState& state, const TensorList& updates) {
   for (const auto& f : state.fields) {

@@ -11,9 +11,10 @@ namespace metafuse::optim::internal {
 // correction never synchronizes a device.
 inline at::Tensor NewCount() { return at::zeros({}, at::kLong); }
 
-inline int64_t ReadCount(const TransformState& state) {
-  return state.field("count").tensors.at(0).item<int64_t>();
-}
+// The host value of the step count. While the TorchScript tracer records a
+// program (metafuse.compile), a count that comes from the program's inputs
+// is an error: the traced program would bake in this call's value.
+int64_t ReadCount(const TransformState& state);
 
 inline void AdvanceCount(TransformState& state, bool inplace) {
   at::Tensor& count = state.field("count").tensors.at(0);

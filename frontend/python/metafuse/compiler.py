@@ -145,6 +145,18 @@ def _leaves_like(spec, tree, what="lr"):
                          f"the structure of `params`: {exc}") from None
 
 
+def _trace(fn, examples):
+    """(traced, error, recorded warnings): tracer warnings are collected for
+    inspection, a tracing error is returned rather than raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", torch.jit.TracerWarning)
+        try:
+            traced = torch.jit.trace(fn, examples, check_trace=False)
+        except RuntimeError as exc:
+            return None, str(exc).strip().splitlines()[0], caught
+    return traced, None, caught
+
+
 def _describe(leaves):
     return tuple((tuple(t.shape), t.dtype, t.device) for t in leaves)
 
@@ -215,12 +227,9 @@ class CompiledInnerLoop:
                 return self.loss_fn(p, *b)
 
         examples = tuple(t.detach() for t in param_leaves + batch_leaves + extras)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", torch.jit.TracerWarning)
-            try:
-                traced = torch.jit.trace(flat_loss, examples, check_trace=False)
-            except RuntimeError as exc:
-                return self._fallback(f"the loss could not be traced ({exc})")
+        traced, error, caught = _trace(flat_loss, examples)
+        if error is not None:
+            return self._fallback(f"the loss could not be traced ({error})")
         for w in caught:
             if not issubclass(w.category, torch.jit.TracerWarning):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -360,12 +369,9 @@ class CompiledFunction:
         examples = tuple(t.detach().requires_grad_(i in differentiable and
                                                     t.is_floating_point())
                          for i, t in enumerate(flat + extras))
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", torch.jit.TracerWarning)
-            try:
-                traced = torch.jit.trace(flat_fn, examples, check_trace=False)
-            except RuntimeError as exc:
-                return self._fallback(f"the function could not be traced ({exc})")
+        traced, error, caught = _trace(flat_fn, examples)
+        if error is not None:
+            return self._fallback(f"the function could not be traced ({error})")
         for w in caught:
             if issubclass(w.category, torch.jit.TracerWarning) and not _inside_torch(w.filename):
                 return self._fallback(f"tracing is not exact at {w.filename}:"
