@@ -127,6 +127,14 @@ struct ConvParams {
   int64_t groups = 1;
 };
 
+// Crops the trailing rows/cols of NCHW `r` to the spatial size of `like`:
+// constant_pad_nd with pads (0, W_like - W_r, 0, H_like - H_r) <= 0.
+Value* CropSpatial(Emit& e, Value* r, Value* like) {
+  Value* crop = e.int_list({e.ci(0), e.op("aten::sub", {e.dim_size(like, 3), e.dim_size(r, 3)}),
+                            e.ci(0), e.op("aten::sub", {e.dim_size(like, 2), e.dim_size(r, 2)})});
+  return e.op("aten::constant_pad_nd", {r, crop, e.c(0.0)});
+}
+
 // Gradient of conv2d(x, w) w.r.t. x for cotangent gy: the transposed
 // convolution with the same parameters; output_padding (computed from the
 // sizes at run time) restores the rows/cols the strided forward skipped.
@@ -175,10 +183,7 @@ Value* ConvWeightGrad(Emit& e, Value* x, Value* gy, Value* w, const ConvParams& 
                                    e.g.insertConstant(c.stride), e.ci(c.groups)});
   r = e.op("aten::transpose", {r, e.ci(0), e.ci(1)});
   if (c.stride[0] == 1 && c.stride[1] == 1) return r;
-  // Crop: pad (W_left, W_right, H_top, H_bottom) with k - k' <= 0.
-  Value* crop = e.int_list({e.ci(0), e.op("aten::sub", {e.dim_size(w, 3), e.dim_size(r, 3)}),
-                            e.ci(0), e.op("aten::sub", {e.dim_size(w, 2), e.dim_size(r, 2)})});
-  return e.op("aten::constant_pad_nd", {r, crop, e.c(0.0)});
+  return CropSpatial(e, r, w);
 }
 
 Value* BiasGrad(Emit& e, Value* g) {
@@ -473,6 +478,22 @@ const std::unordered_map<std::string, Rule>& Rules() {
          r[0] = e.op("aten::conv2d", {go[0], n->input(1), e.g.insertConstant(c10::IValue()),
                                       e.g.insertConstant(c.stride), e.g.insertConstant(c.padding),
                                       e.g.insertConstant(c.dilation), e.ci(c.groups)});
+         // An output_padding >= stride (allowed when below the dilation)
+         // adds rows no input row reaches: drop them.
+         // (A run-time output_padding, as ConvInputGrad makes, is cropped
+         // too: a no-op when it is below the stride.)
+         bool crop = true;
+         if (torch::jit::toIValue(n->input(5)) ||
+             n->input(5)->node()->kind() != torch::jit::prim::ListConstruct ||
+             std::all_of(n->input(5)->node()->inputs().begin(),
+                         n->input(5)->node()->inputs().end(),
+                         [](Value* v) { return torch::jit::toIValue(v).has_value(); })) {
+           auto op = ConstIntList(n->input(5), "aten::conv_transpose2d output_padding", 2);
+           crop = op[0] >= c.stride[0] || op[1] >= c.stride[1];
+         }
+         if (crop) {
+           r[0] = CropSpatial(e, r[0], n->input(0));
+         }
          r[1] = ConvWeightGrad(e, go[0], n->input(0), n->input(1), c);
          if (IsTensor(n->input(2))) r[2] = BiasGrad(e, go[0]);
          return r;
@@ -498,10 +519,30 @@ const std::unordered_map<std::string, Rule>& Rules() {
                      {e.zeros_like(n->input(0)), n->input(1), n->input(2), go[0]});
          return r;
        }},
-      {"aten::scatter_add",
+      {"aten::scatter_add",  // (self, dim, index, src)
        [](Emit& e, Node* n, const Grads& go) -> Grads {
-         return {go[0], nullptr, nullptr,
-                 e.op("aten::gather", {go[0], n->input(1), n->input(2)})};
+         // Only src's leading index-shaped block is read: the gathered
+         // gradient is zero-padded back to src's shape where they differ.
+         Value* src = n->input(3);
+         Value* index = n->input(2);
+         Value* picked = e.op("aten::gather", {go[0], n->input(1), index});
+         auto src_type = src->type()->cast<c10::TensorType>();
+         auto index_type = index->type()->cast<c10::TensorType>();
+         auto src_sizes = src_type ? src_type->sizes().concrete_sizes() : c10::nullopt;
+         auto index_sizes = index_type ? index_type->sizes().concrete_sizes() : c10::nullopt;
+         auto src_rank = src_type ? src_type->dim() : c10::nullopt;
+         const bool same_shape = src_sizes && index_sizes && *src_sizes == *index_sizes;
+         // Without a static rank the node comes from a rule (gather's,
+         // max_pool2d_with_indices'), where src is index-shaped.
+         if (!same_shape && src_rank) {
+           std::vector<Value*> pad;
+           for (int64_t d = static_cast<int64_t>(*src_rank) - 1; d >= 0; --d) {
+             pad.push_back(e.ci(0));
+             pad.push_back(e.op("aten::sub", {e.dim_size(src, d), e.dim_size(index, d)}));
+           }
+           picked = e.op("aten::constant_pad_nd", {picked, e.int_list(pad), e.c(0.0)});
+         }
+         return {go[0], nullptr, nullptr, picked};
        }},
   };
   return *rules;
@@ -547,7 +588,20 @@ std::vector<Value*> AppendVjp(Graph& graph, const std::vector<Value*>& outputs,
   for (Node* node : graph.nodes()) {
     bool depends = false;
     for (Value* in : node->inputs()) depends = depends || active.count(in);
-    if (!depends || IsNonDifferentiable(node)) continue;
+    if (!depends) continue;
+    // A list that carries a differentiated tensor must not silently stop the
+    // gradient: only ops with a rule may consume such lists.
+    if (node->kind() == torch::jit::prim::ListConstruct) {
+      for (Value* use_site : node->outputs()) {
+        for (const auto& use : use_site->uses()) {
+          if (Rules().count(OpName(use.user)) == 0) {
+            throw UnsupportedOp(OpName(use.user) +
+                                " (a list of differentiated tensors)");
+          }
+        }
+      }
+    }
+    if (IsNonDifferentiable(node)) continue;
     for (Value* out : node->outputs()) active.insert(out);
     order.push_back(node);
   }

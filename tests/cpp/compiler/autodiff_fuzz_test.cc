@@ -1,0 +1,623 @@
+// A program fuzzer for the compiler's autodiff.
+//
+// With fixed seeds it builds random torch::jit::Graphs from the primitive
+// set (and from ops that decompose into it), with random shapes and
+// broadcasting, and checks, in float64:
+//   (a) values: runtime::Program against eager ATen,
+//   (b) first order: AppendVjp (cotangent v) against torch::autograd::grad,
+//   (c) second order: AppendVjp applied to the graph that already holds the
+//       first one, differentiating <grad, u>, against autograd's double
+//       backward.
+// The eager reference evaluates each node's own operator (the dispatcher,
+// autograd on) while the graph is built, so it is the op's ATen semantics,
+// before decomposition. Domain-restricted ops get safe operands (log and
+// sqrt of x^2 + c, division by y^2 + c, fractional powers of positives).
+#include <algorithm>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <unordered_map>
+
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/torch.h>
+
+#include "compiler/autodiff.h"
+#include "compiler/decompose.h"
+#include "runtime/program.h"
+
+namespace metafuse::compiler {
+namespace {
+
+using torch::jit::Graph;
+using torch::jit::Symbol;
+using torch::jit::Value;
+
+// A graph under construction with the eager value of each tensor in it.
+class Builder {
+ public:
+  explicit Builder(uint64_t seed) : rng_(seed), graph_(std::make_shared<Graph>()) {
+    torch::manual_seed(seed);
+  }
+
+  std::shared_ptr<Graph> graph() const { return graph_; }
+  std::mt19937_64& rng() { return rng_; }
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<at::Tensor>& input_tensors() const { return input_tensors_; }
+  const std::vector<Value*>& pool() const { return pool_; }
+  const at::Tensor& eager(Value* v) const { return eager_.at(v); }
+  std::string trace() const { return trace_.str(); }
+
+  int64_t Int(int64_t lo, int64_t hi) {  // inclusive
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
+  }
+  double Real(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng_); }
+  bool Coin(double p = 0.5) { return Real(0.0, 1.0) < p; }
+
+  Value* AddInput(const at::Tensor& t) {
+    at::Tensor leaf = t.to(at::kDouble).detach().requires_grad_(true);
+    Value* v = graph_->addInput();
+    v->setType(c10::TensorType::create(leaf));
+    inputs_.push_back(v);
+    input_tensors_.push_back(leaf);
+    eager_[v] = leaf;
+    pool_.push_back(v);
+    return v;
+  }
+
+  Value* Const(const c10::IValue& iv) { return graph_->insertConstant(iv); }
+
+  // Inserts `op(args)` (schema matched), evaluates it eagerly with autograd
+  // and records the result. Returns nullptr when eager rejects the call
+  // (the generator then tries something else).
+  Value* Emit(const char* op, const std::vector<torch::jit::NamedValue>& named,
+             bool keep = true) {
+    Value* out = graph_->insert(Symbol::fromQualString(op), named);
+    torch::jit::Node* node = out->node();
+    // Schema matching may have converted an argument (a 0-dim tensor to
+    // a Scalar, say): not what was asked for; drop the call.
+    std::vector<torch::jit::Node*> conversions;
+    for (Value* in : node->inputs()) {
+      if (!eager_.count(in) && !torch::jit::toIValue(in)) conversions.push_back(in->node());
+    }
+    if (!conversions.empty()) {
+      node->destroy();
+      for (torch::jit::Node* c : conversions) {
+        if (!c->hasUses()) c->destroy();
+      }
+      return nullptr;
+    }
+    torch::jit::Stack stack;
+    for (Value* in : node->inputs()) {
+      auto it = eager_.find(in);
+      stack.push_back(it != eager_.end() ? c10::IValue(it->second) : *torch::jit::toIValue(in));
+    }
+    try {
+      node->getOperation()(stack);
+    } catch (const c10::Error&) {
+      node->destroy();
+      return nullptr;
+    }
+    at::Tensor result = stack.at(0).toTensor();
+    out->setType(c10::TensorType::create(result));
+    eager_[out] = result;
+    trace_ << "  " << *node;
+    if (keep) pool_.push_back(out);
+    return out;
+  }
+
+  // A recent value is more likely: programs become chains, not forests.
+  Value* Pick() {
+    const int64_t n = static_cast<int64_t>(pool_.size());
+    if (Coin(0.7)) return pool_[std::max<int64_t>(0, n - 1 - Int(0, 1))];
+    return pool_[Int(0, n - 1)];
+  }
+
+  std::vector<int64_t> Sizes(Value* v) const { return eager(v).sizes().vec(); }
+
+ private:
+  std::mt19937_64 rng_;
+  std::shared_ptr<Graph> graph_;
+  std::vector<Value*> inputs_, pool_;
+  std::vector<at::Tensor> input_tensors_;
+  std::unordered_map<Value*, at::Tensor> eager_;
+  std::ostringstream trace_;
+};
+
+bool Broadcastable(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const int64_t x = a[a.size() - 1 - i], y = b[b.size() - 1 - i];
+    if (x != y && x != 1 && y != 1) return false;
+  }
+  return true;
+}
+
+torch::jit::NamedValue Alpha(Value* v) { return torch::jit::NamedValue("alpha", v); }
+
+// x^2 + c: a positive operand for log, sqrt, division, fractional powers.
+Value* Positive(Builder& b, Value* x, double c) {
+  Value* sq = b.Emit("aten::mul", {x, x}, false);
+  return b.Emit("aten::add", {sq, b.Const(c)}, false);
+}
+
+std::vector<int64_t> RandomDims(Builder& b, int64_t rank, bool allow_empty = false) {
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (b.Coin(0.5)) dims.push_back(b.Coin(0.3) ? d - rank : d);
+  }
+  if (dims.empty() && !allow_empty && rank > 0) dims.push_back(b.Int(0, rank - 1));
+  return dims;
+}
+
+// One random op on the pool; false when its preconditions did not hold.
+bool RandomOp(Builder& b) {
+  Value* x = b.Pick();
+  const std::vector<int64_t> xs = b.Sizes(x);
+  const int64_t rank = static_cast<int64_t>(xs.size());
+  auto scalar = [&](double lo, double hi) { return b.Const(b.Real(lo, hi)); };
+  switch (b.Int(0, 44)) {
+    // ---- elementwise unary
+    case 0: return b.Emit("aten::neg", {x});
+    case 1: return b.Emit("aten::exp", {b.Emit("aten::tanh", {x}, false)});
+    case 2: return b.Emit("aten::log", {Positive(b, x, 0.5)});
+    case 3: return b.Emit("aten::tanh", {x});
+    case 4: return b.Emit("aten::sigmoid", {x});
+    case 5: return b.Emit("aten::relu", {x});
+    case 6: return b.Emit("aten::sqrt", {Positive(b, x, 0.25)});
+    case 7: return b.Emit("aten::pow", {x, b.Const(static_cast<double>(b.Int(2, 3)))});
+    case 8: {
+      const double exponents[] = {0.5, -1.0, 1.5, -0.5};
+      return b.Emit("aten::pow", {Positive(b, x, 0.5), b.Const(exponents[b.Int(0, 3)])});
+    }
+    case 9: return b.Emit("aten::sin", {x});
+    case 10: return b.Emit("aten::cos", {x});
+    case 11: return b.Emit("aten::abs", {x});
+    case 12: return b.Emit(b.Coin() ? "aten::clone" : "aten::contiguous", {x});
+    case 13: return b.Emit("aten::mul", {x, scalar(-1.5, 1.5)});
+    case 14: return b.Emit("aten::add", {x, scalar(-1.0, 1.0), b.Const(1.0)});
+    case 15: return b.Emit("aten::rsub", {x, scalar(-1.0, 2.0), b.Const(1.0)});
+    // ---- elementwise binary with broadcasting
+    case 16: case 17: case 18: case 19: case 20: case 21: {
+      Value* y = b.Pick();
+      if (!Broadcastable(xs, b.Sizes(y))) return false;
+      switch (b.Int(0, 6)) {
+        case 0: return b.Emit("aten::add", {x, y, Alpha(b.Const(b.Coin() ? 1.0 : 0.5))});
+        case 1: return b.Emit("aten::sub", {x, y, Alpha(b.Const(b.Coin() ? 1.0 : -2.0))});
+        case 2: return b.Emit("aten::mul", {x, y});
+        case 3: return b.Emit("aten::div", {x, Positive(b, y, 0.5)});
+        case 4: return b.Emit("aten::rsub", {x, y, Alpha(b.Const(b.Coin() ? 1.0 : 3.0))});
+        case 5: return b.Emit("aten::where", {b.Emit("aten::gt", {x, y}, false), x, y});
+        default: return b.Emit("aten::where", {b.Emit("aten::lt", {x, b.Const(0.0)}, false),
+                                               b.Emit("aten::mul", {x, b.Const(0.1)}, false), y});
+      }
+    }
+    // ---- reductions
+    case 22: return b.Emit(b.Coin() ? "aten::sum" : "aten::mean", {x});
+    case 23: case 24: {
+      if (rank == 0) return false;
+      const char* op = b.Coin() ? "aten::sum" : "aten::mean";
+      return b.Emit(op, {x, b.Const(RandomDims(b, rank)), b.Const(b.Coin())});
+    }
+    case 25: {
+      if (rank == 0) return false;
+      return b.Emit("aten::logsumexp", {x, b.Const(RandomDims(b, rank)), b.Const(b.Coin())});
+    }
+    case 26: {
+      if (rank == 0) return false;
+      Value* in = b.Coin() ? b.Emit("aten::relu", {x}, false) : x;  // ties
+      return b.Emit("aten::amax", {in, b.Const(RandomDims(b, rank)), b.Const(b.Coin())});
+    }
+    // ---- shape
+    case 27: {
+      const int64_t numel = b.eager(x).numel();
+      std::vector<int64_t> divisors;
+      for (int64_t k = 1; k <= numel; ++k) {
+        if (numel % k == 0) divisors.push_back(k);
+      }
+      const int64_t k = divisors[b.Int(0, divisors.size() - 1)];
+      std::vector<int64_t> shape = b.Coin() ? std::vector<int64_t>{k, -1}
+                                            : std::vector<int64_t>{numel / k, 1, k};
+      const bool view = b.eager(x).is_contiguous() && b.Coin();
+      return b.Emit(view ? "aten::view" : "aten::reshape", {x, b.Const(shape)});
+    }
+    case 28: {
+      if (rank < 2) return false;
+      return b.Emit("aten::transpose", {x, b.Const(b.Int(0, rank - 1)), b.Const(b.Int(-rank, -1))});
+    }
+    case 29: {
+      if (rank < 2) return false;
+      std::vector<int64_t> perm(rank);
+      for (int64_t i = 0; i < rank; ++i) perm[i] = i;
+      std::shuffle(perm.begin(), perm.end(), b.rng());
+      if (b.Coin(0.3)) perm[0] -= rank;
+      return b.Emit("aten::permute", {x, b.Const(perm)});
+    }
+    case 30: {
+      if (rank != 2) return false;
+      return b.Emit("aten::t", {x});
+    }
+    case 31: {
+      if (rank >= 4) return false;
+      return b.Emit("aten::unsqueeze", {x, b.Const(b.Int(-rank - 1, rank))});
+    }
+    case 32: {
+      std::vector<int64_t> ones;
+      for (int64_t d = 0; d < rank; ++d) {
+        if (xs[d] == 1) ones.push_back(d);
+      }
+      if (ones.empty()) return false;
+      return b.Emit("aten::squeeze", {x, b.Const(ones[b.Int(0, ones.size() - 1)])});
+    }
+    case 33: {  // expand size-1 dims (and maybe a new leading dim)
+      std::vector<int64_t> shape = xs;
+      bool grows = false;
+      for (auto& s : shape) {
+        if (s == 1 && b.Coin(0.7)) s = b.Int(2, 3), grows = true;
+        else if (b.Coin(0.3)) s = -1;
+      }
+      if (rank < 4 && b.Coin(0.3)) shape.insert(shape.begin(), b.Int(2, 3)), grows = true;
+      if (!grows) return false;
+      return b.Emit("aten::expand", {x, b.Const(shape)});
+    }
+    case 34: {  // sum_to_size: some dims to 1, maybe drop leading dims
+      if (rank == 0) return false;
+      std::vector<int64_t> shape = xs;
+      for (auto& s : shape) {
+        if (b.Coin(0.5)) s = 1;
+      }
+      if (b.Coin(0.3)) shape.erase(shape.begin());
+      return b.Emit("aten::sum_to_size", {x, b.Const(shape)});
+    }
+    case 35: {
+      if (rank == 0) return false;
+      const int64_t start = b.Int(0, rank - 1);
+      return b.Emit("aten::flatten", {x, b.Const(start), b.Const(b.Int(start, rank - 1))});
+    }
+    case 36: {  // constant_pad_nd: pad or crop the last dims
+      if (rank == 0) return false;
+      std::vector<int64_t> pad;
+      for (int64_t d = 0; d < std::min<int64_t>(rank, 2); ++d) {
+        const int64_t size = xs[rank - 1 - d];
+        for (int side = 0; side < 2; ++side) {
+          pad.push_back(b.Coin(0.3) && size >= 3 ? -1 : b.Int(0, 2));
+        }
+      }
+      return b.Emit("aten::constant_pad_nd", {x, b.Const(pad), b.Const(0.0)});
+    }
+    // ---- linear algebra
+    case 37: {
+      if (rank != 2) return false;
+      for (Value* y : b.pool()) {
+        auto ys = b.Sizes(y);
+        if (ys.size() == 2 && ys[0] == xs[1] && b.Coin()) return b.Emit("aten::mm", {x, y});
+      }
+      return b.Emit("aten::mm", {x, b.Emit("aten::t", {x}, false)});
+    }
+    // ---- indexing
+    case 38: {
+      if (rank == 0) return false;
+      const int64_t dim = b.Int(0, rank - 1);
+      std::vector<int64_t> shape = xs;
+      shape[dim] = b.Int(1, 4);
+      at::Tensor index = torch::randint(0, xs[dim], shape, torch::kLong);
+      return b.Emit("aten::gather", {x, b.Const(dim), b.Const(index)});
+    }
+    case 39: {
+      // src index-shaped (torch 1.13's own scatter_add backward is wrong
+      // for a larger src; ScatterAddWithLargerSource checks that case).
+      if (rank == 0) return false;
+      Value* y = x;
+      for (Value* candidate : b.pool()) {
+        if (b.Sizes(candidate) == xs && candidate != x && b.Coin()) y = candidate;
+      }
+      const int64_t dim = b.Int(0, rank - 1);
+      std::vector<int64_t> shape = xs;
+      shape[dim] = b.Int(1, xs[dim]);
+      at::Tensor index = torch::randint(0, xs[dim], shape, torch::kLong);
+      at::Tensor pick = torch::randint(0, xs[dim], shape, torch::kLong);
+      Value* src = b.Emit("aten::gather", {y, b.Const(dim), b.Const(pick)}, false);
+      return b.Emit("aten::scatter_add", {x, b.Const(dim), b.Const(index), src});
+    }
+    // ---- ops that decompose into primitives
+    case 40: {
+      if (rank == 0) return false;
+      const char* op = b.Coin() ? "aten::log_softmax" : "aten::softmax";
+      return b.Emit(op, {x, b.Const(b.Int(-rank, rank - 1)), b.Const(c10::IValue())});
+    }
+    case 41: {
+      if (b.Coin()) return b.Emit("aten::log_sigmoid", {x});
+      Value* y = b.Emit("aten::mul", {x, b.Const(b.Coin() ? 4.0 : 30.0)}, false);
+      return b.Emit("aten::softplus", {y, b.Const(b.Coin() ? 1.0 : 2.0), b.Const(20.0)});
+    }
+    case 42: {
+      Value* y = b.Pick();
+      if (b.Sizes(y) != xs) return b.Emit("aten::square", {x});
+      return b.Emit("aten::mse_loss", {x, y, b.Const(int64_t{b.Int(0, 2)})});
+    }
+    case 43: {
+      if (rank < 2) return b.Emit(b.Coin() ? "aten::max" : "aten::rsqrt",
+                                  {b.Coin() ? x : Positive(b, x, 0.5)});
+      // batch norm in training mode over dim 1
+      return b.Emit("aten::batch_norm",
+                    {x, b.Const(c10::IValue()), b.Const(c10::IValue()), b.Const(c10::IValue()),
+                     b.Const(c10::IValue()), b.Const(true), b.Const(0.1), b.Const(1e-5),
+                     b.Const(false)});
+    }
+    default: {
+      Value* y = b.Pick();
+      if (!Broadcastable(xs, b.Sizes(y))) return false;
+      return b.Emit("aten::mul", {x, b.Emit("aten::sin", {y}, false)});
+    }
+  }
+}
+
+// A 4-D program: conv2d (random stride, padding, dilation, groups, bias),
+// then maybe conv_transpose2d, an activation and max_pool2d.
+bool RandomConvProgram(Builder& b) {
+  const int64_t groups = b.Int(1, 2);
+  const int64_t n = b.Int(1, 3), c = groups * b.Int(1, 2), o = groups * b.Int(1, 2);
+  const int64_t h = b.Int(3, 9), w = b.Int(3, 9);
+  std::vector<int64_t> k = {b.Int(1, 3), b.Int(1, 3)}, s = {b.Int(1, 3), b.Int(1, 2)},
+                       p = {b.Int(0, 2), b.Int(0, 1)}, d = {b.Int(1, 2), b.Int(1, 2)};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t extent = (i == 0 ? h : w) + 2 * p[i] - d[i] * (k[i] - 1);
+    if (extent < 1) return false;
+  }
+  Value* x = b.AddInput(torch::randn({n, c, h, w}));
+  Value* weight = b.AddInput(torch::randn({o, c / groups, k[0], k[1]}) * 0.5);
+  Value* bias = b.Coin() ? b.AddInput(torch::randn({o})) : b.Const(c10::IValue());
+  Value* y = b.Emit("aten::conv2d", {x, weight, bias, b.Const(s), b.Const(p), b.Const(d),
+                                     b.Const(groups)});
+  if (y == nullptr) return false;
+  y = b.Emit(b.Coin() ? "aten::tanh" : "aten::sigmoid", {y});
+  if (b.Coin()) {  // transposed convolution back up
+    std::vector<int64_t> k2 = {b.Int(1, 3), b.Int(1, 3)}, s2 = {b.Int(1, 3), b.Int(1, 2)},
+                         d2 = {b.Int(1, 2), 1}, p2 = {b.Int(0, 1), 0}, op2(2);
+    for (int i = 0; i < 2; ++i) op2[i] = b.Int(0, std::max(s2[i], d2[i]) - 1);
+    const int64_t g2 = o % 2 == 0 ? b.Int(1, 2) : 1;
+    Value* weight2 = b.AddInput(torch::randn({o, b.Int(1, 2), k2[0], k2[1]}) * 0.5);
+    Value* bias2 = b.Coin() ? b.Const(c10::IValue()) : nullptr;
+    if (bias2 == nullptr) bias2 = b.AddInput(torch::randn({b.Sizes(weight2)[1] * g2}));
+    Value* z = b.Emit("aten::conv_transpose2d", {y, weight2, bias2, b.Const(s2), b.Const(p2),
+                                                 b.Const(op2), b.Const(g2), b.Const(d2)});
+    if (z == nullptr) return false;
+    y = b.Emit("aten::relu", {z});
+  }
+  if (b.Coin(0.7)) {
+    auto ys = b.Sizes(y);
+    std::vector<int64_t> pk = {b.Int(1, 3), b.Int(1, 2)}, ps = {b.Int(1, 2), b.Int(1, 2)},
+                         pp = {b.Int(0, pk[0] / 2), b.Int(0, pk[1] / 2)},
+                         pd = {b.Int(1, 2), 1};
+    Value* pooled = b.Emit("aten::max_pool2d", {y, b.Const(pk), b.Const(ps), b.Const(pp),
+                                                b.Const(pd), b.Const(b.Coin())});
+    if (pooled == nullptr) return false;
+    y = pooled;
+  }
+  return true;
+}
+
+::testing::AssertionResult Close(const at::Tensor& got, const at::Tensor& expected,
+                                 const std::string& what) {
+  if (got.sizes() != expected.sizes()) {
+    return ::testing::AssertionFailure()
+           << what << ": shape " << got.sizes() << " vs " << expected.sizes();
+  }
+  const double scale = 1.0 + (expected.numel() ? expected.abs().max().item<double>() : 0.0);
+  if (torch::allclose(got, expected, 1e-9, 1e-11 * scale, /*equal_nan=*/false)) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << what << ": max abs diff " << (got - expected).abs().max().item<double>()
+         << ", max |expected| " << scale - 1.0;
+}
+
+at::Tensor OrZeros(const at::Tensor& t, const at::Tensor& like) {
+  return t.defined() ? t.detach() : torch::zeros_like(like);
+}
+
+struct FuzzStats {
+  int programs = 0, skipped = 0, failed = 0;
+  std::map<std::string, int> ops;
+};
+
+// Builds one program with `make`, then checks values, first and second
+// order. Returns false (and reports) on a mismatch.
+bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make, FuzzStats& stats) {
+  Builder b(seed);
+  if (!make(b) || b.pool().size() <= b.inputs().size()) {
+    ++stats.skipped;
+    return true;
+  }
+  auto graph = b.graph();
+  Value* out = b.pool().back();
+  at::Tensor out_eager = b.eager(out);
+  graph->registerOutput(out);
+  std::string context;
+  {
+    std::ostringstream os;
+    os << "seed " << seed << "\nops:\n" << b.trace();
+    context = os.str();
+  }
+  auto unsupported = DecomposeToPrimitives(graph);
+  EXPECT_TRUE(unsupported.empty()) << context << "undecomposed: " << unsupported[0];
+  if (!unsupported.empty()) return false;
+  out = graph->outputs()[0];
+  for (torch::jit::Node* node : graph->nodes()) ++stats.ops[node->kind().toQualString()];
+
+  // Cotangent v for (b), directions u for (c).
+  Value* v = graph->addInput("v");
+  v->setType(c10::TensorType::create(out_eager));
+  at::Tensor v_tensor = torch::randn_like(out_eager);
+  std::vector<Value*> wrt = b.inputs();
+  std::vector<at::Tensor> leaves = b.input_tensors();
+  std::vector<Value*> us;
+  std::vector<at::Tensor> u_tensors;
+  for (const auto& leaf : leaves) {
+    us.push_back(graph->addInput("u"));
+    us.back()->setType(c10::TensorType::create(leaf));
+    u_tensors.push_back(torch::randn_like(leaf).detach());
+  }
+  std::vector<Value*> grads, grads2;
+  try {
+    grads = AppendVjp(*graph, {out}, {v}, wrt);
+    torch::jit::WithInsertPoint at_end(graph->return_node());
+    Value* s = nullptr;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      Value* term = graph->insert(Symbol::fromQualString("aten::sum"),
+                                  {graph->insert(Symbol::fromQualString("aten::mul"),
+                                                 {grads[i], us[i]})});
+      s = s ? graph->insert(Symbol::fromQualString("aten::add"), {s, term}) : term;
+    }
+    Value* seed2 = graph->insert(Symbol::fromQualString("aten::ones_like"), {s});
+    grads2 = AppendVjp(*graph, {s}, {seed2}, wrt);
+  } catch (const UnsupportedOp& e) {
+    ADD_FAILURE() << context << "UnsupportedOp: " << e.what() << "\n" << *graph;
+    return false;
+  }
+  for (Value* g : grads) graph->registerOutput(g);
+  for (Value* g : grads2) graph->registerOutput(g);
+
+  std::vector<c10::IValue> inputs;
+  for (const auto& leaf : leaves) inputs.push_back(leaf.detach());
+  inputs.push_back(v_tensor);
+  for (const auto& u : u_tensors) inputs.push_back(u);
+  std::vector<c10::IValue> results;
+  try {
+    runtime::Program program(graph);
+    results = program.Run(inputs);
+  } catch (const c10::Error& e) {
+    ADD_FAILURE() << context << "runtime error: " << e.what_without_backtrace() << "\n"
+                  << *graph;
+    return false;
+  }
+
+  // Eager: autograd, first order with a graph, then the double backward.
+  auto first = torch::autograd::grad({out_eager}, leaves, {v_tensor}, /*retain_graph=*/true,
+                                     /*create_graph=*/true, /*allow_unused=*/true);
+  at::Tensor s_eager = torch::zeros({}, torch::kDouble);
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (first[i].defined()) s_eager = s_eager + (first[i] * u_tensors[i]).sum();
+  }
+  std::vector<at::Tensor> second(leaves.size());
+  if (s_eager.requires_grad()) {
+    second = torch::autograd::grad({s_eager}, leaves, {}, false, false, true);
+  }
+  // Overflow (x^3 of x^3 of ...) leaves the domain where a comparison means
+  // anything: such programs are skipped, not compared.
+  bool finite = torch::isfinite(out_eager).all().item<bool>();
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    for (const at::Tensor& t : {first[i], second[i]}) {
+      if (t.defined()) finite = finite && torch::isfinite(t).all().item<bool>();
+    }
+  }
+  if (!finite) {
+    ++stats.skipped;
+    return true;
+  }
+  bool ok = true;
+  auto check = [&](const at::Tensor& got, const at::Tensor& expected, const std::string& what) {
+    auto result = Close(got, expected, what);
+    if (!result) {
+      ok = false;
+      ADD_FAILURE() << context << result.message() << "\n" << *graph;
+    }
+  };
+  check(results[0].toTensor(), out_eager.detach(), "value");
+  for (size_t i = 0; i < leaves.size() && ok; ++i) {
+    check(results[1 + i].toTensor(), OrZeros(first[i], leaves[i]),
+          "first-order gradient " + std::to_string(i));
+  }
+  for (size_t i = 0; i < leaves.size() && ok; ++i) {
+    check(results[1 + leaves.size() + i].toTensor(), OrZeros(second[i], leaves[i]),
+          "second-order gradient " + std::to_string(i));
+  }
+  ++stats.programs;
+  if (!ok) ++stats.failed;
+  return ok;
+}
+
+// Random inputs whose shapes broadcast against a base shape, then a random
+// chain of ops.
+bool RandomElementwiseProgram(Builder& b) {
+  const int64_t rank = b.Int(1, 3);
+  std::vector<int64_t> base;
+  for (int64_t d = 0; d < rank; ++d) base.push_back(b.Int(1, 4));
+  const int64_t num_inputs = b.Int(1, 3);
+  for (int64_t i = 0; i < num_inputs; ++i) {
+    std::vector<int64_t> shape = base;
+    for (auto& s : shape) {
+      if (b.Coin(0.25)) s = 1;
+    }
+    if (shape.size() > 1 && b.Coin(0.2)) shape.erase(shape.begin());
+    b.AddInput(torch::randn(shape));
+  }
+  const int64_t length = b.Int(3, 9);
+  int64_t emitted = 0;
+  for (int attempts = 0; emitted < length && attempts < 100; ++attempts) {
+    if (RandomOp(b)) ++emitted;
+  }
+  return emitted > 0;
+}
+
+// scatter_add reads only the index-shaped leading block of src: the
+// gradient w.r.t. src is the gathered cotangent, zero elsewhere. Reference:
+// autograd of scatter_add on that block (narrowed src).
+TEST(AutodiffRules, ScatterAddWithLargerSource) {
+  auto graph = std::make_shared<Graph>();
+  Value* self = graph->addInput();
+  Value* src = graph->addInput();
+  Value* v = graph->addInput();
+  torch::manual_seed(11);
+  at::Tensor self_t = torch::randn({4, 3}, torch::kDouble).requires_grad_(true);
+  at::Tensor src_t = torch::randn({5, 4}, torch::kDouble).requires_grad_(true);
+  at::Tensor index = torch::randint(0, 4, {2, 3}, torch::kLong);
+  self->setType(c10::TensorType::create(self_t));
+  src->setType(c10::TensorType::create(src_t));
+  Value* out = graph->insert(Symbol::fromQualString("aten::scatter_add"),
+                             {self, graph->insertConstant(int64_t{0}),
+                              graph->insertConstant(index), src});
+  out->setType(c10::TensorType::create(self_t));
+  v->setType(c10::TensorType::create(self_t));
+  auto grads = AppendVjp(*graph, {out}, {v}, {self, src});
+  graph->registerOutput(out);
+  for (Value* g : grads) graph->registerOutput(g);
+  at::Tensor v_t = torch::randn({4, 3}, torch::kDouble);
+  auto results = runtime::Program(graph).Run({self_t.detach(), src_t.detach(), v_t});
+  at::Tensor block = src_t.narrow(0, 0, 2).narrow(1, 0, 3);
+  at::Tensor expected = self_t.scatter_add(0, index, block);
+  auto eager = torch::autograd::grad({expected}, {self_t, src_t}, {v_t});
+  EXPECT_TRUE(Close(results[0].toTensor(), expected.detach(), "value"));
+  EXPECT_TRUE(Close(results[1].toTensor(), eager[0], "d self"));
+  EXPECT_TRUE(Close(results[2].toTensor(), eager[1], "d src"));
+}
+
+constexpr int kElementwisePrograms = 1000;
+constexpr int kConvPrograms = 200;
+
+TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
+  FuzzStats stats;
+  for (int i = 0; i < kElementwisePrograms && stats.failed < 3; ++i) {
+    CheckProgram(1000 + i, RandomElementwiseProgram, stats);
+  }
+  std::ostringstream summary;
+  for (const auto& [op, count] : stats.ops) summary << op << ":" << count << " ";
+  std::cout << "fuzzed " << stats.programs << " programs (" << stats.skipped
+            << " skipped), ops after decomposition: " << summary.str() << "\n";
+  EXPECT_EQ(stats.failed, 0);
+  EXPECT_GE(stats.programs, kElementwisePrograms * 9 / 10);
+}
+
+TEST(AutodiffFuzz, RandomConvolutionProgramsMatchAutogradToSecondOrder) {
+  FuzzStats stats;
+  for (int i = 0; i < kConvPrograms && stats.failed < 3; ++i) {
+    CheckProgram(5000 + i, RandomConvProgram, stats);
+  }
+  std::cout << "fuzzed " << stats.programs << " convolution programs (" << stats.skipped
+            << " skipped)\n";
+  EXPECT_EQ(stats.failed, 0);
+  EXPECT_GE(stats.programs, kConvPrograms / 2);
+}
+
+}  // namespace
+}  // namespace metafuse::compiler
