@@ -66,6 +66,30 @@ Hyper ToHyper(const py::object& v, const char* name) {
   }
 }
 
+// The options every alias has.
+template <typename Options>
+Options WithCommon(const py::object& lr, double weight_decay, bool maximize,
+                   bool fused) {
+  Options o;
+  o.lr = ToLearningRate(lr);
+  o.weight_decay = weight_decay;
+  o.maximize = maximize;
+  o.fused = fused;
+  return o;
+}
+
+// ... and those of the Adam family (two betas, eps, moment_requires_grad).
+template <typename Options>
+Options WithMoments(const py::object& lr, double b1, double b2, double eps,
+                    double weight_decay, bool maximize, bool mrg, bool fused) {
+  auto o = WithCommon<Options>(lr, weight_decay, maximize, fused);
+  o.b1 = b1;
+  o.b2 = b2;
+  o.eps = eps;
+  o.moment_requires_grad = mrg;
+  return o;
+}
+
 }  // namespace
 
 void BindOptim(py::module_& parent) {
@@ -154,116 +178,72 @@ void BindOptim(py::module_& parent) {
 
   // Aliases (keyword arguments mirror torch.optim; betas split in Python).
   m.def("sgd", [](const py::object& lr, double momentum, double dampening,
-                  double weight_decay, bool nesterov, bool maximize,
-                  bool moment_requires_grad, bool fused) {
-    SgdOptions o;
-    o.fused = fused;
-    o.lr = ToLearningRate(lr);
+                  double wd, bool nesterov, bool maximize, bool mrg, bool fused) {
+    auto o = WithCommon<SgdOptions>(lr, wd, maximize, fused);
     o.momentum = momentum;
     o.dampening = dampening;
-    o.weight_decay = weight_decay;
     o.nesterov = nesterov;
-    o.maximize = maximize;
-    o.moment_requires_grad = moment_requires_grad;
+    o.moment_requires_grad = mrg;
     return Sgd(o);
   });
   auto adam_options = [](const py::object& lr, double b1, double b2, double eps,
-                         double eps_root, double weight_decay, bool maximize,
-                         bool moment_requires_grad, bool amsgrad) {
-    AdamOptions o;
-    o.amsgrad = amsgrad;
-    o.lr = ToLearningRate(lr);
-    o.b1 = b1;
-    o.b2 = b2;
-    o.eps = eps;
+                         double eps_root, double wd, bool maximize, bool mrg,
+                         bool amsgrad, bool fused) {
+    auto o = WithMoments<AdamOptions>(lr, b1, b2, eps, wd, maximize, mrg, fused);
     o.eps_root = eps_root;
-    o.weight_decay = weight_decay;
-    o.maximize = maximize;
-    o.moment_requires_grad = moment_requires_grad;
+    o.amsgrad = amsgrad;
     return o;
   };
   m.def("adam", [adam_options](const py::object& lr, double b1, double b2,
                                double eps, double eps_root, double wd,
-                               bool maximize, bool mrg, bool amsgrad,
-                               bool fused) {
-    AdamOptions o =
-        adam_options(lr, b1, b2, eps, eps_root, wd, maximize, mrg, amsgrad);
-    o.fused = fused;
-    return Adam(o);
+                               bool maximize, bool mrg, bool amsgrad, bool fused) {
+    return Adam(adam_options(lr, b1, b2, eps, eps_root, wd, maximize, mrg,
+                             amsgrad, fused));
   });
   m.def("adamw", [adam_options](const py::object& lr, double b1, double b2,
                                 double eps, double eps_root, double wd,
                                 bool maximize, bool mrg, bool amsgrad,
                                 std::vector<bool> mask, bool fused) {
-    AdamOptions o =
-        adam_options(lr, b1, b2, eps, eps_root, wd, maximize, mrg, amsgrad);
-    o.fused = fused;
+    AdamOptions o = adam_options(lr, b1, b2, eps, eps_root, wd, maximize, mrg,
+                                 amsgrad, fused);
     o.weight_decay_mask = std::move(mask);
     return AdamW(o);
   });
   m.def("adamax", [](const py::object& lr, double b1, double b2, double eps,
                      double wd, bool maximize, bool mrg, bool fused) {
-    AdamaxOptions o;
-    o.fused = fused;
-    o.lr = ToLearningRate(lr);
-    o.b1 = b1;
-    o.b2 = b2;
-    o.eps = eps;
-    o.weight_decay = wd;
-    o.maximize = maximize;
-    o.moment_requires_grad = mrg;
-    return Adamax(o);
+    return Adamax(WithMoments<AdamaxOptions>(lr, b1, b2, eps, wd, maximize, mrg,
+                                             fused));
   });
   m.def("radam", [](const py::object& lr, double b1, double b2, double eps,
                     double wd, bool maximize, bool mrg, bool fused) {
-    RAdamOptions o;
-    o.fused = fused;
-    o.lr = ToLearningRate(lr);
-    o.b1 = b1;
-    o.b2 = b2;
-    o.eps = eps;
-    o.weight_decay = wd;
-    o.maximize = maximize;
-    o.moment_requires_grad = mrg;
-    return RAdam(o);
+    return RAdam(WithMoments<RAdamOptions>(lr, b1, b2, eps, wd, maximize, mrg,
+                                           fused));
   });
   m.def("adadelta", [](const py::object& lr, double rho, double eps, double wd,
                        bool maximize, bool mrg, bool fused) {
-    AdadeltaOptions o;
-    o.fused = fused;
-    o.lr = ToLearningRate(lr);
+    auto o = WithCommon<AdadeltaOptions>(lr, wd, maximize, fused);
     o.rho = rho;
     o.eps = eps;
-    o.weight_decay = wd;
-    o.maximize = maximize;
     o.moment_requires_grad = mrg;
     return Adadelta(o);
   });
   m.def("adagrad", [](const py::object& lr, double lr_decay, double wd,
                       double initial_accumulator_value, double eps,
                       bool maximize, bool fused) {
-    AdagradOptions o;
-    o.fused = fused;
-    o.lr = ToLearningRate(lr);
+    auto o = WithCommon<AdagradOptions>(lr, wd, maximize, fused);
     o.lr_decay = lr_decay;
-    o.weight_decay = wd;
     o.initial_accumulator_value = initial_accumulator_value;
     o.eps = eps;
-    o.maximize = maximize;
     return Adagrad(o);
   });
   m.def("rmsprop", [](const py::object& lr, double alpha, double eps,
                       double wd, double momentum, bool centered, bool maximize,
                       bool mrg, bool fused) {
-    RmsPropOptions o;
-    o.fused = fused;
-    o.lr = ToLearningRate(lr);
+    auto o = WithCommon<RmsPropOptions>(lr, wd, maximize, fused);
     o.alpha = alpha;
     o.eps = eps;
-    o.weight_decay = wd;
     o.momentum = momentum;
     o.centered = centered;
-    o.maximize = maximize;
     o.moment_requires_grad = mrg;
     return RmsProp(o);
   });
