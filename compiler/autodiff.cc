@@ -554,7 +554,8 @@ bool IsNonDifferentiable(const Node* n) {
   static const std::unordered_set<std::string> kOps = {
       "aten::gt", "aten::lt", "aten::ge", "aten::le", "aten::eq",
       "aten::size", "aten::numel", "aten::zeros_like", "aten::ones_like",
-      "prim::Constant", "prim::ListConstruct", "prim::NumToTensor"};
+      "prim::Constant", "prim::ListConstruct", "prim::NumToTensor",
+      "aten::argmax", "aten::argmin"};
   if (kOps.count(OpName(n)) > 0) return true;
   for (const Value* out : n->outputs()) {
     if (CarriesTensor(out)) return false;

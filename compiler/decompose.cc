@@ -147,6 +147,73 @@ Value* MaxPool2d(Graph& g, Node* n) {
   return pool->output(0);
 }
 
+// cat(tensors, dim) with statically known sizes along dim: each piece is
+// zero-padded to its place along dim (constant_pad_nd, whose derivative is
+// the crop) and the pieces are summed; no list in the differentiated graph.
+Value* Concatenate(Graph& g, const std::vector<Value*>& pieces, int64_t dim) {
+  if (pieces.empty()) return nullptr;
+  const int64_t rank = TensorRank(pieces[0]);
+  if (rank < 1) return nullptr;
+  if (dim < 0) dim += rank;
+  if (dim < 0 || dim >= rank) return nullptr;
+  std::vector<int64_t> lengths;
+  for (Value* piece : pieces) {
+    auto type = piece->type()->cast<c10::TensorType>();
+    auto sizes = type ? type->sizes().concrete_sizes() : c10::nullopt;
+    if (!sizes || static_cast<int64_t>(sizes->size()) != rank) return nullptr;
+    lengths.push_back((*sizes)[dim]);
+  }
+  if (pieces.size() == 1) return Insert(g, "aten::clone", {pieces[0]});
+  int64_t total = 0;
+  for (int64_t l : lengths) total += l;
+  Value* out = nullptr;
+  int64_t offset = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    // pad pairs run from the last dim back to `dim`.
+    std::vector<int64_t> pad(2 * (rank - dim), 0);
+    pad[2 * (rank - 1 - dim)] = offset;
+    pad[2 * (rank - 1 - dim) + 1] = total - offset - lengths[i];
+    offset += lengths[i];
+    Value* placed = Insert(g, "aten::constant_pad_nd",
+                           {pieces[i], g.insertConstant(pad), g.insertConstant(0.0)});
+    out = out ? Insert(g, "aten::add", {out, placed}) : placed;
+  }
+  return out;
+}
+
+// The tensors of a list built in the graph, or empty.
+std::vector<Value*> ListElements(Value* list) {
+  if (list->node()->kind() != torch::jit::prim::ListConstruct) return {};
+  return {list->node()->inputs().begin(), list->node()->inputs().end()};
+}
+
+// Rewrites of multi-output ops: one replacement per output, or empty.
+using MultiRewrite = std::function<std::vector<Value*>(Graph&, Node*)>;
+
+// max.dim / min.dim (self, dim, keepdim) -> (values, indices): the index
+// from argmax/argmin (first occurrence, as max.dim) and the values gathered
+// there, so the gradient reaches that one element as eager's does.
+std::vector<Value*> SelectAlongDim(Graph& g, Node* n, const char* arg_op) {
+  if (n->inputs().size() != 3 || n->outputs().size() != 2) return {};
+  auto dim = ConstantOf(n->input(1)), keepdim = ConstantOf(n->input(2));
+  if (!dim || !keepdim || !dim->isInt()) return {};
+  Value* index = Insert(g, arg_op, {n->input(0), n->input(1), g.insertConstant(true)});
+  Value* values = Insert(g, "aten::gather", {n->input(0), n->input(1), index});
+  if (!keepdim->toBool()) {
+    values = Insert(g, "aten::squeeze", {values, n->input(1)});
+    index = Insert(g, "aten::squeeze", {index, n->input(1)});
+  }
+  return {values, index};
+}
+
+const std::unordered_map<std::string, MultiRewrite>& MultiRewrites() {
+  static const auto* rewrites = new std::unordered_map<std::string, MultiRewrite>{
+      {"aten::max", [](Graph& g, Node* n) { return SelectAlongDim(g, n, "aten::argmax"); }},
+      {"aten::min", [](Graph& g, Node* n) { return SelectAlongDim(g, n, "aten::argmin"); }},
+  };
+  return *rewrites;
+}
+
 // Each rewrite returns the replacement value or nullptr when the node's
 // arguments are outside what the rewrite supports.
 using Rewrite = std::function<Value*(Graph&, Node*)>;
@@ -274,6 +341,33 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          return Insert(g, "aten::conv2d", {n->input(0), n->input(1), n->input(2), n->input(3),
                                            g.insertConstant(padding), n->input(5), n->input(6)});
        }},
+      {"aten::cat",
+       [](Graph& g, Node* n) -> Value* {
+         auto dim = ConstantOf(n->input(1));
+         if (!dim) return nullptr;
+         return Concatenate(g, ListElements(n->input(0)), dim->toInt());
+       }},
+      {"aten::stack",  // cat of the pieces unsqueezed at dim
+       [](Graph& g, Node* n) -> Value* {
+         auto dim = ConstantOf(n->input(1));
+         std::vector<Value*> pieces = ListElements(n->input(0));
+         if (!dim || pieces.empty()) return nullptr;
+         const int64_t rank = TensorRank(pieces[0]);
+         if (rank < 0) return nullptr;
+         int64_t d = dim->toInt();
+         if (d < 0) d += rank + 1;
+         for (Value*& piece : pieces) {
+           auto type = piece->type()->cast<c10::TensorType>();
+           auto sizes = type ? type->sizes().concrete_sizes() : c10::nullopt;
+           if (!sizes || d < 0 || d > rank) return nullptr;
+           std::vector<int64_t> shape = *sizes;
+           shape.insert(shape.begin() + d, 1);
+           Value* original = piece;
+           piece = Insert(g, "aten::unsqueeze", {original, g.insertConstant(d)});
+           piece->setType(type->withSizes(shape));
+         }
+         return Concatenate(g, pieces, d);
+       }},
       {"aten::max_pool2d", [](Graph& g, Node* n) -> Value* { return MaxPool2d(g, n); }},
       {"aten::batch_norm", [](Graph& g, Node* n) -> Value* { return BatchNorm(g, n); }},
       {"aten::softplus",  // (x, beta, threshold): x where beta x > threshold
@@ -327,6 +421,24 @@ std::vector<std::string> DecomposeToPrimitives(const std::shared_ptr<Graph>& gra
   for (Node* node : nodes) {
     if (IsPrimitive(node)) continue;
     const std::string name = OpName(node);
+    if (node->outputs().size() > 1) {
+      auto multi = MultiRewrites().find(name);
+      std::vector<Value*> outs;
+      if (multi != MultiRewrites().end()) {
+        WithInsertPoint guard(node);
+        outs = multi->second(*graph, node);
+      }
+      if (outs.size() != node->outputs().size()) {
+        unsupported.insert(name);
+        continue;
+      }
+      for (size_t i = 0; i < outs.size(); ++i) {
+        outs[i]->setType(node->output(i)->type());
+        node->output(i)->replaceAllUsesWith(outs[i]);
+      }
+      node->destroy();
+      continue;
+    }
     auto it = Rewrites().find(name);
     Value* replacement = nullptr;
     if (it != Rewrites().end() && node->outputs().size() == 1) {

@@ -30,6 +30,13 @@
 //                                   logsumexp([0, beta x], 0) / beta)
 //   log_sigmoid(x)         -> -softplus(-x)
 //   max(x)                 -> amax(x, [])
+//   max.dim / min.dim(x, d, keepdim)
+//                          -> (gather(x, d, i), i), i = argmax / argmin
+//                             (keepdim: the first maximum, as eager;
+//                             squeezed at d unless keepdim)
+//   cat(list, d)           -> sum of constant_pad_nd(piece_k) placing each
+//                             piece at its offset along d (static sizes)
+//   stack(list, d)         -> cat of unsqueeze(piece_k, d)
 //   rsqrt(x)               -> ones_like(x) / sqrt(x)
 // Returns the names of the ops it could neither keep nor rewrite (empty when
 // the whole graph is in the primitive set).

@@ -59,7 +59,7 @@ bool IsPrimitive(const Node* node) {
       "aten::Int", "prim::NumToTensor",
       // linear algebra, convolution, pooling, indexing
       "aten::mm", "aten::conv_transpose2d", "aten::max_pool2d_with_indices",
-      "aten::gather", "aten::scatter_add",
+      "aten::gather", "aten::scatter_add", "aten::argmax", "aten::argmin",
       // fused optimizer update
       "metafuse::adam",
   };

@@ -30,7 +30,8 @@
 //                   d input  = scatter_add of the gradient at the argmax
 //                              indices over the flattened spatial dims
 //                              (its derivative is the matching gather)
-//   indexing      gather scatter_add
+//   indexing      gather scatter_add (d src: gather, zero-padded to src's
+//                 shape when index is smaller); argmax argmin (no gradient)
 //   scalars       integer arithmetic on sizes (size, Int, NumToTensor,
 //                 add/sub/mul/remainder/floordiv/neg on ints): no gradient
 //   optimizers    metafuse::adam (closed-form derivative rule)

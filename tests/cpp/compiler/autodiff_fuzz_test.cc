@@ -79,7 +79,9 @@ class Builder {
     // a Scalar, say): not what was asked for; drop the call.
     std::vector<torch::jit::Node*> conversions;
     for (Value* in : node->inputs()) {
-      if (!eager_.count(in) && !torch::jit::toIValue(in)) conversions.push_back(in->node());
+      if (!eager_.count(in) && !torch::jit::toIValue(in) && !IsTensorList(in)) {
+        conversions.push_back(in->node());
+      }
     }
     if (!conversions.empty()) {
       node->destroy();
@@ -88,24 +90,66 @@ class Builder {
       }
       return nullptr;
     }
+    return Run(node, keep) ? out : nullptr;
+  }
+
+  // A list of pool tensors, built in the graph (for cat / stack).
+  Value* List(const std::vector<Value*>& items) {
+    return graph_->insertNode(graph_->createList(c10::TensorType::get(), items))->output();
+  }
+
+  // The first output of a multi-output op (max.dim, min.dim).
+  Value* EmitFirstOf(const char* op, const std::vector<Value*>& args, size_t num_outputs) {
+    torch::jit::Node* node = graph_->insertNode(
+        graph_->create(Symbol::fromQualString(op), args, num_outputs));
+    if (node->maybeSchema() == nullptr) {
+      node->destroy();
+      return nullptr;
+    }
+    return Run(node, true) ? node->output(0) : nullptr;
+  }
+
+ private:
+  bool IsTensorList(Value* v) const {
+    if (v->node()->kind() != torch::jit::prim::ListConstruct) return false;
+    for (Value* in : v->node()->inputs()) {
+      if (!eager_.count(in)) return false;
+    }
+    return true;
+  }
+
+  // Evaluates `node` eagerly (autograd on) and records its first output.
+  bool Run(torch::jit::Node* node, bool keep) {
     torch::jit::Stack stack;
     for (Value* in : node->inputs()) {
       auto it = eager_.find(in);
-      stack.push_back(it != eager_.end() ? c10::IValue(it->second) : *torch::jit::toIValue(in));
+      if (it != eager_.end()) {
+        stack.push_back(it->second);
+      } else if (IsTensorList(in)) {
+        c10::List<at::Tensor> list;
+        for (Value* item : in->node()->inputs()) list.push_back(eager_.at(item));
+        stack.push_back(list);
+      } else {
+        stack.push_back(*torch::jit::toIValue(in));
+      }
     }
     try {
       node->getOperation()(stack);
     } catch (const c10::Error&) {
       node->destroy();
-      return nullptr;
+      return false;
     }
-    at::Tensor result = stack.at(0).toTensor();
-    out->setType(c10::TensorType::create(result));
-    eager_[out] = result;
+    for (size_t i = 0; i < node->outputs().size(); ++i) {
+      node->output(i)->setType(c10::TensorType::create(stack.at(i).toTensor()));
+    }
+    Value* out = node->output(0);
+    eager_[out] = stack.at(0).toTensor();
     trace_ << "  " << *node;
     if (keep) pool_.push_back(out);
-    return out;
+    return true;
   }
+
+ public:
 
   // A recent value is more likely: programs become chains, not forests.
   Value* Pick() {
@@ -156,7 +200,7 @@ bool RandomOp(Builder& b) {
   const std::vector<int64_t> xs = b.Sizes(x);
   const int64_t rank = static_cast<int64_t>(xs.size());
   auto scalar = [&](double lo, double hi) { return b.Const(b.Real(lo, hi)); };
-  switch (b.Int(0, 44)) {
+  switch (b.Int(0, 46)) {
     // ---- elementwise unary
     case 0: return b.Emit("aten::neg", {x});
     case 1: return b.Emit("aten::exp", {b.Emit("aten::tanh", {x}, false)});
@@ -343,6 +387,26 @@ bool RandomOp(Builder& b) {
                     {x, b.Const(c10::IValue()), b.Const(c10::IValue()), b.Const(c10::IValue()),
                      b.Const(c10::IValue()), b.Const(true), b.Const(0.1), b.Const(1e-5),
                      b.Const(false)});
+    }
+    case 44: {  // cat / stack of same-shaped (but for dim) pool values
+      if (rank == 0) return false;
+      const bool stack = b.Coin();
+      const int64_t dim = stack ? b.Int(-rank - 1, rank) : b.Int(-rank, rank - 1);
+      const int64_t d = dim < 0 ? dim + rank : dim;
+      std::vector<Value*> items = {x};
+      for (Value* y : b.pool()) {
+        auto ys = b.Sizes(y);
+        bool fits = ys.size() == xs.size();
+        for (int64_t k = 0; fits && k < rank; ++k) fits = ys[k] == xs[k] || (!stack && k == d);
+        if (fits && b.Coin(0.6) && items.size() < 4) items.push_back(y);
+      }
+      if (b.Coin()) std::reverse(items.begin(), items.end());
+      return b.Emit(stack ? "aten::stack" : "aten::cat", {b.List(items), b.Const(dim)});
+    }
+    case 45: {  // max.dim / min.dim values (indices are not differentiable)
+      if (rank == 0) return false;
+      return b.EmitFirstOf(b.Coin() ? "aten::max" : "aten::min",
+                           {x, b.Const(b.Int(-rank, rank - 1)), b.Const(b.Coin())}, 2);
     }
     default: {
       Value* y = b.Pick();
