@@ -214,6 +214,24 @@ const std::unordered_map<std::string, MultiRewrite>& MultiRewrites() {
   return *rewrites;
 }
 
+// BatchNorm's `num_batches_tracked.add_(1)` in training mode, as traced with
+// module buffers as inputs: an in-place add on an integer tensor that nothing
+// else reads. Like the running statistics, the compiled program does not
+// perform this bookkeeping (warned); any other in-place op stays unsupported.
+bool IsUnreadCounterIncrement(Node* n) {
+  if (OpName(n) != "aten::add_" || n->inputs().size() != 3 || n->output()->hasUses()) {
+    return false;
+  }
+  Value* self = n->input(0);
+  auto type = self->type()->cast<c10::TensorType>();
+  if (!type || !type->scalarType() || c10::isFloatingType(*type->scalarType()) ||
+      self->uses().size() != 1) {
+    return false;
+  }
+  return self->node()->kind() == torch::jit::prim::Param ||
+         self->node()->kind() == torch::jit::prim::Constant;
+}
+
 // Each rewrite returns the replacement value or nullptr when the node's
 // arguments are outside what the rewrite supports.
 using Rewrite = std::function<Value*(Graph&, Node*)>;
@@ -421,6 +439,14 @@ std::vector<std::string> DecomposeToPrimitives(const std::shared_ptr<Graph>& gra
   for (Node* node : nodes) {
     if (IsPrimitive(node)) continue;
     const std::string name = OpName(node);
+    if (IsUnreadCounterIncrement(node)) {
+      TORCH_WARN(
+          "metafuse compiler: the in-place increment of an integer tensor (BatchNorm's "
+          "num_batches_tracked) is not performed by the compiled program; the loss does "
+          "not read it.");
+      node->destroy();
+      continue;
+    }
     if (node->outputs().size() > 1) {
       auto multi = MultiRewrites().find(name);
       std::vector<Value*> outs;

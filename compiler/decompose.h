@@ -26,6 +26,10 @@
 //       The compiled program never updates running_mean / running_var /
 //       num_batches_tracked: training mode with running statistics warns
 //       (TORCH_WARN) that the momentum update is not performed.
+//   num_batches_tracked.add_(k) (an in-place add on an integer graph input
+//   or constant that nothing else reads: BatchNorm's counter as traced with
+//   buffers as inputs) -> dropped, with a warning; every other in-place op
+//   stays unsupported (eager fallback).
 //   softplus(x, beta, t)   -> where(beta x > t, x,
 //                                   logsumexp([0, beta x], 0) / beta)
 //   log_sigmoid(x)         -> -softplus(-x)

@@ -368,6 +368,51 @@ graph(%x : Double(2, 3, 7, 6), %w : Double(4, 3, 3, 3), %b : Double(4), %y : Dou
   EXPECT_TRUE(Close(out[3].toTensor(), y.max(), 0, 0));
 }
 
+// What the Python tracer gives for nn.BatchNorm1d in training mode with its
+// buffers as inputs: the counter increment is dropped (with a warning), the
+// running statistics are ignored, and the rest matches eager; any other
+// in-place op stays unsupported.
+TEST(Decompose, PythonTracedBatchNormModule) {
+  const char* ir = R"IR(
+graph(%x : Double(6, 3), %w : Double(3), %b : Double(3), %rm : Double(3), %rv : Double(3),
+      %nbt : Long()):
+  %one : int = prim::Constant[value=1]()
+  %1 : int = prim::Constant[value=1]()
+  %inc : Long() = aten::add_(%nbt, %one, %1)
+  %t : bool = prim::Constant[value=1]()
+  %m : float = prim::Constant[value=0.1]()
+  %e : float = prim::Constant[value=1e-5]()
+  %y : Double(6, 3) = aten::batch_norm(%x, %w, %b, %rm, %rv, %t, %m, %e, %t)
+  return (%y)
+)IR";
+  auto graph = std::make_shared<torch::jit::Graph>();
+  torch::jit::parseIR(ir, graph.get());
+  auto unsupported = DecomposeToPrimitives(graph);
+  ASSERT_TRUE(unsupported.empty()) << unsupported[0];
+  torch::manual_seed(10);
+  auto x = torch::randn({6, 3}, torch::kFloat64), w = torch::randn({3}, torch::kFloat64),
+       b = torch::randn({3}, torch::kFloat64);
+  auto rm = torch::zeros({3}, torch::kFloat64), rv = torch::ones({3}, torch::kFloat64);
+  auto out = runtime::Program(graph).Run({x, w, b, rm, rv, torch::tensor(0)});
+  auto expected = torch::batch_norm(x, w, b, {}, {}, true, 0.1, 1e-5, false);
+  EXPECT_TRUE(Close(out[0].toTensor(), expected, 1e-12, 1e-12));
+
+  // The same increment read afterwards is not droppable.
+  auto read = std::make_shared<torch::jit::Graph>();
+  torch::jit::parseIR(R"IR(
+graph(%x : Double(6, 3), %nbt : Long()):
+  %one : int = prim::Constant[value=1]()
+  %1 : int = prim::Constant[value=1]()
+  %inc : Long() = aten::add_(%nbt, %one, %1)
+  %y : Double(6, 3) = aten::mul(%x, %nbt)
+  return (%y)
+)IR",
+                      read.get());
+  unsupported = DecomposeToPrimitives(read);
+  ASSERT_EQ(unsupported.size(), 1u);
+  EXPECT_EQ(unsupported[0], "aten::add_");
+}
+
 TEST(Decompose, TrainingBatchNormWithoutConstantRankFallsBack) {
   auto graph = std::make_shared<torch::jit::Graph>();
   torch::jit::parseIR(R"IR(
