@@ -10,6 +10,7 @@
 #include "compiler/compiled_inner_loop.h"
 #include "compiler/decompose.h"
 #include "compiler/primitives.h"
+#include "tests/cpp/compiler/eager_unroll.h"
 #include "runtime/program.h"
 
 namespace metafuse::compiler {
@@ -18,39 +19,8 @@ namespace {
 using TensorList = std::vector<at::Tensor>;
 namespace F = torch::nn::functional;
 
-// Eager reference: K steps of SGD or Adam with create_graph, then the query
-// loss (the same loss on the same batch); returns (adapted params, inner
-// losses, meta-gradients).
-struct EagerResult {
-  TensorList adapted, losses, meta;
-};
-
-EagerResult Eager(const LossFunction& loss_fn, const TensorList& params0,
-                  const TensorList& batch, const OptimizerSpec& o, int steps) {
-  TensorList p = params0, mu, nu, losses;
-  for (auto& t : p) {
-    mu.push_back(torch::zeros_like(t));
-    nu.push_back(torch::zeros_like(t));
-  }
-  for (int k = 1; k <= steps; ++k) {
-    auto loss = loss_fn(p, batch);
-    losses.push_back(loss);
-    auto grads = torch::autograd::grad({loss}, p, {}, true, true);
-    for (size_t i = 0; i < p.size(); ++i) {
-      if (o.kind == "sgd") {
-        p[i] = p[i] - o.lr * grads[i];
-      } else {
-        mu[i] = o.b1 * mu[i] + (1 - o.b1) * grads[i];
-        nu[i] = o.b2 * nu[i] + (1 - o.b2) * grads[i] * grads[i];
-        auto mh = mu[i] / (1 - std::pow(o.b1, k));
-        auto nh = nu[i] / (1 - std::pow(o.b2, k));
-        p[i] = p[i] - o.lr * mh / (torch::sqrt(nh + o.eps_root) + o.eps);
-      }
-    }
-  }
-  auto meta = torch::autograd::grad({loss_fn(p, batch)}, params0);
-  return {p, losses, meta};
-}
+using testing::EagerUnroll;
+using EagerResult = testing::EagerUnrollResult;
 
 ::testing::AssertionResult Close(const at::Tensor& a, const at::Tensor& b, double rtol,
                                  double atol) {
@@ -73,7 +43,7 @@ void ExpectCompiledEqualsEager(const LossFunction& loss_fn, const TensorList& pa
   ASSERT_EQ(out.size(), params.size() + steps);
   TensorList adapted(out.begin(), out.begin() + params.size());
   auto meta = torch::autograd::grad({loss_fn(adapted, batch)}, params);
-  EagerResult expected = Eager(loss_fn, params, batch, o, steps);
+  EagerResult expected = EagerUnroll(loss_fn, params, batch, o, steps);
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_TRUE(Close(adapted[i], expected.adapted[i], rtol, atol))
         << o.kind << " adapted param " << i;
@@ -163,8 +133,8 @@ TEST(CompiledCnn, AdamFloat32IsAsAccurateAsEager) {
   inputs.insert(inputs.end(), batch.begin(), batch.end());
   TensorList adapted = (*loop)(inputs);
   auto meta = torch::autograd::grad({CnnLoss(adapted, batch)}, params);
-  EagerResult eager32 = Eager(CnnLoss, params, batch, o, 2);
-  EagerResult eager64 = Eager(CnnLoss, CnnParams(torch::kFloat64), CnnBatch(torch::kFloat64), o, 2);
+  EagerResult eager32 = EagerUnroll(CnnLoss, params, batch, o, 2);
+  EagerResult eager64 = EagerUnroll(CnnLoss, CnnParams(torch::kFloat64), CnnBatch(torch::kFloat64), o, 2);
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_TRUE(Close(adapted[i], eager32.adapted[i], 1e-5, 1e-6)) << "adapted param " << i;
     const double truth = eager64.meta[i].abs().max().item<double>();

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "compiler/autodiff.h"
+#include "tests/cpp/compiler/eager_unroll.h"
 
 namespace metafuse::compiler {
 namespace {
@@ -31,34 +32,6 @@ TensorList MakeBatch(torch::Dtype dtype) {
   return {x, torch::sin(x)};
 }
 
-// Eager reference: K steps of SGD or Adam with create_graph, then the query
-// loss; returns (adapted params, meta-gradients of the query loss).
-std::pair<TensorList, TensorList> Eager(const TensorList& params0,
-                                        const TensorList& batch,
-                                        const OptimizerSpec& o, int steps) {
-  TensorList p = params0, mu, nu;
-  for (auto& t : p) {
-    mu.push_back(torch::zeros_like(t));
-    nu.push_back(torch::zeros_like(t));
-  }
-  for (int k = 1; k <= steps; ++k) {
-    auto grads = torch::autograd::grad({MlpLoss(p, batch)}, p, {}, true, true);
-    for (size_t i = 0; i < p.size(); ++i) {
-      if (o.kind == "sgd") {
-        p[i] = p[i] - o.lr * grads[i];
-      } else {
-        mu[i] = o.b1 * mu[i] + (1 - o.b1) * grads[i];
-        nu[i] = o.b2 * nu[i] + (1 - o.b2) * grads[i] * grads[i];
-        auto mh = mu[i] / (1 - std::pow(o.b1, k));
-        auto nh = nu[i] / (1 - std::pow(o.b2, k));
-        p[i] = p[i] - o.lr * mh / (torch::sqrt(nh + o.eps_root) + o.eps);
-      }
-    }
-  }
-  auto meta = torch::autograd::grad({MlpLoss(p, batch)}, params0);
-  return {p, meta};
-}
-
 void ExpectCompiledEqualsEager(const OptimizerSpec& o, torch::Dtype dtype,
                                double rtol, double atol) {
   auto params = MakeParams(dtype);
@@ -68,7 +41,9 @@ void ExpectCompiledEqualsEager(const OptimizerSpec& o, torch::Dtype dtype,
   inputs.insert(inputs.end(), batch.begin(), batch.end());
   TensorList adapted = (*loop)(inputs);
   auto meta = torch::autograd::grad({MlpLoss(adapted, batch)}, params);
-  auto [expected_adapted, expected_meta] = Eager(params, batch, o, 3);
+  auto expected = testing::EagerUnroll(MlpLoss, params, batch, o, 3);
+  const auto& expected_adapted = expected.adapted;
+  const auto& expected_meta = expected.meta;
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_TRUE(torch::allclose(adapted[i], expected_adapted[i], rtol, atol))
         << o.kind << " adapted param " << i;
