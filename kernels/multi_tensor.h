@@ -28,7 +28,9 @@ void ForEachSegment(const std::vector<int64_t>& offsets, int64_t begin,
                     int64_t end, Fn&& fn) {
   // The last tensor whose first element is <= begin.
   auto it = std::upper_bound(offsets.begin(), offsets.end(), begin);
-  int64_t k = static_cast<int64_t>(it - offsets.begin()) - 1;
+  // max(..., 0): begin >= 0 = offsets[0] already guarantees it; saying so
+  // keeps the compiler from reasoning about offsets[-1].
+  int64_t k = std::max<int64_t>(static_cast<int64_t>(it - offsets.begin()) - 1, 0);
   const int64_t num_tensors = static_cast<int64_t>(offsets.size()) - 1;
   for (; k < num_tensors && offsets[k] < end; ++k) {
     const int64_t lo = std::max(begin, offsets[k]) - offsets[k];
