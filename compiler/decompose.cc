@@ -55,17 +55,84 @@ c10::optional<std::vector<int64_t>> IntList(Value* v) {
 // conv2d / conv_transpose2d from the generic convolution signature
 // (input, weight, bias, stride, padding, dilation, transposed,
 // output_padding, groups, ...): 2-D, batched (NCHW) only.
+// conv1d as conv2d over a height-1 image: x [N, C, L] -> [N, C, 1, L],
+// w [O, C/g, k] -> [O, C/g, 1, k], parameters (1, s), (0, p), (1, d).
+Value* Conv1dAs2d(Graph& g, Value* x, Value* w, Value* b, Value* stride, Value* padding,
+                  Value* dilation, Value* groups) {
+  auto s = IntList(stride), p = IntList(padding), d = IntList(dilation);
+  if (TensorRank(x) != 3 || !s || !p || !d || s->size() != 1 || p->size() != 1 ||
+      d->size() != 1) {
+    return nullptr;
+  }
+  Value* x2 = Insert(g, "aten::unsqueeze", {x, g.insertConstant(2)});
+  Value* w2 = Insert(g, "aten::unsqueeze", {w, g.insertConstant(2)});
+  Value* y = Insert(g, "aten::conv2d",
+                    {x2, w2, b, g.insertConstant(std::vector<int64_t>{1, (*s)[0]}),
+                     g.insertConstant(std::vector<int64_t>{0, (*p)[0]}),
+                     g.insertConstant(std::vector<int64_t>{1, (*d)[0]}), groups});
+  return Insert(g, "aten::squeeze", {y, g.insertConstant(2)});
+}
+
+// conv2d on an unbatched [C, H, W] input: a batch of one.
+Value* Conv2dMaybeUnbatched(Graph& g, Value* x, Value* w, Value* b, Value* stride,
+                            Value* padding, Value* dilation, Value* groups) {
+  const int64_t rank = TensorRank(x);
+  if (rank != 3 && rank != 4) return nullptr;
+  if (rank == 3) x = Insert(g, "aten::unsqueeze", {x, g.insertConstant(0)});
+  Value* y = Insert(g, "aten::conv2d", {x, w, b, stride, padding, dilation, groups});
+  return rank == 3 ? Insert(g, "aten::squeeze", {y, g.insertConstant(0)}) : y;
+}
+
+// conv2d / conv_transpose2d / conv1d from the generic convolution signature
+// (input, weight, bias, stride, padding, dilation, transposed,
+// output_padding, groups, ...): batched 2-D (NCHW) and batched 1-D (NCL,
+// not transposed).
 Value* Convolution(Graph& g, Node* n) {
   auto transposed = ConstantOf(n->input(6));
   auto output_padding = IntList(n->input(7));
-  if (TensorRank(n->input(0)) != 4 || !transposed || !output_padding) return nullptr;
+  const int64_t rank = TensorRank(n->input(0));
+  if (!transposed || !output_padding) return nullptr;
   Value *x = n->input(0), *w = n->input(1), *b = n->input(2);
+  if (rank == 3 && !transposed->toBool()) {
+    return Conv1dAs2d(g, x, w, b, n->input(3), n->input(4), n->input(5), n->input(8));
+  }
+  if (rank != 4) return nullptr;
   if (!transposed->toBool()) {
     return Insert(g, "aten::conv2d",
                   {x, w, b, n->input(3), n->input(4), n->input(5), n->input(8)});
   }
   return Insert(g, "aten::conv_transpose2d",
                 {x, w, b, n->input(3), n->input(4), n->input(7), n->input(8), n->input(5)});
+}
+
+// Normalizes x over `dims` with the batch mean and biased variance:
+// (x - mean) / sqrt(mean((x - mean)^2) + eps).
+Value* NormalizeOver(Graph& g, Value* x, const std::vector<int64_t>& dims, double eps) {
+  Value* dims_value = g.insertConstant(dims);
+  Value* mean = Insert(g, "aten::mean", {x, dims_value, g.insertConstant(true)});
+  Value* centered = Insert(g, "aten::sub", {x, mean});
+  Value* var = Insert(g, "aten::mean", {Insert(g, "aten::mul", {centered, centered}), dims_value,
+                                        g.insertConstant(true)});
+  Value* std = Insert(g, "aten::sqrt", {Insert(g, "aten::add", {var, g.insertConstant(eps)})});
+  return Insert(g, "aten::div", {centered, std});
+}
+
+// layer_norm(x, normalized_shape, weight, bias, eps, cudnn): normalized
+// over the trailing len(normalized_shape) dims, then the elementwise affine.
+Value* LayerNorm(Graph& g, Node* n) {
+  const int64_t rank = TensorRank(n->input(0));
+  auto shape = IntList(n->input(1));
+  auto eps = ConstantOf(n->input(4));
+  if (rank < 1 || !shape || !eps || shape->empty() ||
+      static_cast<int64_t>(shape->size()) > rank) {
+    return nullptr;
+  }
+  std::vector<int64_t> dims;
+  for (int64_t d = rank - static_cast<int64_t>(shape->size()); d < rank; ++d) dims.push_back(d);
+  Value* out = NormalizeOver(g, n->input(0), dims, eps->toDouble());
+  if (!IsNone(n->input(2))) out = Insert(g, "aten::mul", {out, n->input(2)});
+  if (!IsNone(n->input(3))) out = Insert(g, "aten::add", {out, n->input(3)});
+  return out;
 }
 
 // softplus(x) = log(exp(0) + exp(x)) = logsumexp over a new leading dim of
@@ -108,19 +175,17 @@ Value* BatchNorm(Graph& g, Node* n) {
   for (int64_t d = 2; d < rank; ++d) dims.push_back(d);
   channel_shape[1] = -1;
   Value* shape = g.insertConstant(channel_shape);
-  Value *centered, *var;
+  Value* out;
   if (batch_stats) {
-    Value* dims_value = g.insertConstant(dims);
-    Value* mean = Insert(g, "aten::mean", {x, dims_value, g.insertConstant(true)});
-    centered = Insert(g, "aten::sub", {x, mean});
-    var = Insert(g, "aten::mean", {Insert(g, "aten::mul", {centered, centered}), dims_value,
-                                   g.insertConstant(true)});
+    out = NormalizeOver(g, x, dims, eps->toDouble());
   } else {
-    centered = Insert(g, "aten::sub", {x, Insert(g, "aten::reshape", {running_mean, shape})});
-    var = Insert(g, "aten::reshape", {running_var, shape});
+    Value* centered =
+        Insert(g, "aten::sub", {x, Insert(g, "aten::reshape", {running_mean, shape})});
+    Value* var = Insert(g, "aten::reshape", {running_var, shape});
+    Value* std =
+        Insert(g, "aten::sqrt", {Insert(g, "aten::add", {var, g.insertConstant(eps->toDouble())})});
+    out = Insert(g, "aten::div", {centered, std});
   }
-  Value* std = Insert(g, "aten::sqrt", {Insert(g, "aten::add", {var, g.insertConstant(eps->toDouble())})});
-  Value* out = Insert(g, "aten::div", {centered, std});
   if (!IsNone(weight)) {
     out = Insert(g, "aten::mul", {out, Insert(g, "aten::reshape", {weight, shape})});
   }
@@ -257,10 +322,18 @@ Value* NegativeLogLikelihood(Graph& g, Value* log_probs, Value* target) {
 
 const std::unordered_map<std::string, Rewrite>& Rewrites() {
   static const auto* rewrites = new std::unordered_map<std::string, Rewrite>{
-      {"aten::linear",
+      {"aten::linear",  // N-D x: flattened to 2-D around the mm
        [](Graph& g, Node* n) -> Value* {
-         if (TensorRank(n->input(0)) != 2) return nullptr;
-         Value* out = Insert(g, "aten::mm", {n->input(0), Insert(g, "aten::t", {n->input(1)})});
+         const int64_t rank = TensorRank(n->input(0));
+         auto out_type = n->output()->type()->cast<c10::TensorType>();
+         auto out_sizes = out_type ? out_type->sizes().concrete_sizes() : c10::nullopt;
+         if (rank < 2 || TensorRank(n->input(1)) != 2 || (rank > 2 && !out_sizes)) return nullptr;
+         Value* x = n->input(0);
+         if (rank > 2) {
+           x = Insert(g, "aten::flatten", {x, g.insertConstant(0), g.insertConstant(rank - 2)});
+         }
+         Value* out = Insert(g, "aten::mm", {x, Insert(g, "aten::t", {n->input(1)})});
+         if (rank > 2) out = Insert(g, "aten::reshape", {out, g.insertConstant(*out_sizes)});
          if (n->input(2)->type()->kind() != c10::TypeKind::NoneType) {
            out = Insert(g, "aten::add", {out, n->input(2)});
          }
@@ -333,32 +406,38 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        }},
       {"aten::_convolution", [](Graph& g, Node* n) -> Value* { return Convolution(g, n); }},
       {"aten::convolution", [](Graph& g, Node* n) -> Value* { return Convolution(g, n); }},
-      {"aten::conv2d",  // the padding="valid"/"same" overload
+      {"aten::conv2d",  // padding="valid"/"same", or an unbatched input
        [](Graph& g, Node* n) -> Value* {
-         auto mode = ConstantOf(n->input(4));
-         auto stride = IntList(n->input(3)), dilation = IntList(n->input(5));
-         auto weight = n->input(1)->type()->cast<c10::TensorType>();
-         if (!mode || !mode->isString() || !stride || !dilation || !weight ||
-             TensorRank(n->input(0)) != 4) {
-           return nullptr;
-         }
-         std::vector<int64_t> padding = {0, 0};
-         if (mode->toStringRef() == "same") {
-           auto sizes = weight->sizes().concrete_sizes();
-           if (!sizes || sizes->size() != 4) return nullptr;
-           for (size_t i = 0; i < 2; ++i) {
-             const int64_t s = (*stride)[stride->size() == 1 ? 0 : i];
-             const int64_t d = (*dilation)[dilation->size() == 1 ? 0 : i];
-             const int64_t total = d * ((*sizes)[2 + i] - 1);
-             if (s != 1 || total % 2 != 0) return nullptr;  // asymmetric padding
-             padding[i] = total / 2;
+         Value* padding = n->input(4);
+         if (auto mode = ConstantOf(n->input(4)); mode && mode->isString()) {
+           auto stride = IntList(n->input(3)), dilation = IntList(n->input(5));
+           auto weight = n->input(1)->type()->cast<c10::TensorType>();
+           if (!stride || !dilation || !weight) return nullptr;
+           std::vector<int64_t> pads = {0, 0};
+           if (mode->toStringRef() == "same") {
+             auto sizes = weight->sizes().concrete_sizes();
+             if (!sizes || sizes->size() != 4) return nullptr;
+             for (size_t i = 0; i < 2; ++i) {
+               const int64_t s = (*stride)[stride->size() == 1 ? 0 : i];
+               const int64_t d = (*dilation)[dilation->size() == 1 ? 0 : i];
+               const int64_t total = d * ((*sizes)[2 + i] - 1);
+               if (s != 1 || total % 2 != 0) return nullptr;  // asymmetric padding
+               pads[i] = total / 2;
+             }
+           } else if (mode->toStringRef() != "valid") {
+             return nullptr;
            }
-         } else if (mode->toStringRef() != "valid") {
-           return nullptr;
+           padding = g.insertConstant(pads);
          }
-         return Insert(g, "aten::conv2d", {n->input(0), n->input(1), n->input(2), n->input(3),
-                                           g.insertConstant(padding), n->input(5), n->input(6)});
+         return Conv2dMaybeUnbatched(g, n->input(0), n->input(1), n->input(2), n->input(3),
+                                     padding, n->input(5), n->input(6));
        }},
+      {"aten::conv1d",  // int-list padding, batched NCL
+       [](Graph& g, Node* n) -> Value* {
+         return Conv1dAs2d(g, n->input(0), n->input(1), n->input(2), n->input(3), n->input(4),
+                           n->input(5), n->input(6));
+       }},
+      {"aten::layer_norm", [](Graph& g, Node* n) -> Value* { return LayerNorm(g, n); }},
       {"aten::cat",
        [](Graph& g, Node* n) -> Value* {
          auto dim = ConstantOf(n->input(1));

@@ -1,6 +1,7 @@
 // Pass: rewrite traced ops into the primitive set (primitives.h).
 //
-//   linear(x, W, b)        -> mm(x, t(W)) + b           (2-D x)
+//   linear(x, W, b)        -> mm(x, t(W)) + b           (2-D x; N-D x is
+//                             flattened to 2-D and reshaped back)
 //   matmul(a, b)           -> mm(a, b)                  (2-D operands)
 //   addmm(c, a, b)         -> mm(a, b) + c              (alpha = beta = 1)
 //   mse_loss(a, b, r)      -> mean / sum / none of (a - b)^2
@@ -10,11 +11,14 @@
 //   cross_entropy(x, t)    -> mean(-gather(log_softmax(x, 1), 1, t[:, None]))
 //   nll_loss(x, t)         -> mean(-gather(x, 1, t[:, None]))
 //   dropout(x, p, False)   -> x
-//   _convolution / convolution (2-D, NCHW)
+//   _convolution / convolution (2-D, NCHW; 1-D, NCL, not transposed)
 //                          -> conv2d or conv_transpose2d.input
+//   conv1d(x, w, ...)      -> squeeze(conv2d(unsqueeze(x, 2), unsqueeze(w, 2),
+//                             stride (1, s), padding (0, p), dilation (1, d)), 2)
 //   conv2d(..., padding="valid" | "same")
 //                          -> conv2d with int padding (same: stride 1,
 //                             symmetric padding only)
+//   conv2d(x [C, H, W])    -> squeeze(conv2d(unsqueeze(x, 0)), 0)
 //   max_pool2d(x, ...)     -> max_pool2d_with_indices(x, ...)[0]
 //   batch_norm(x, w, b, rm, rv, training, momentum, eps)
 //       training (or no running stats):
@@ -30,6 +34,9 @@
 //   or constant that nothing else reads: BatchNorm's counter as traced with
 //   buffers as inputs) -> dropped, with a warning; every other in-place op
 //   stays unsupported (eager fallback).
+//   layer_norm(x, shape, w, b, eps)
+//                          -> (x - m) / sqrt(v + eps) * w + b, m and v (biased)
+//                             over the trailing len(shape) dims
 //   softplus(x, beta, t)   -> where(beta x > t, x,
 //                                   logsumexp([0, beta x], 0) / beta)
 //   log_sigmoid(x)         -> -softplus(-x)

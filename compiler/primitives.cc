@@ -65,8 +65,11 @@ bool IsPrimitive(const Node* node) {
   };
   const std::string name = OpName(node);
   if (name == "aten::conv2d") {
-    // The padding="same"/"valid" overload is rewritten by decomposition.
-    return node->inputs().size() == 7 &&
+    // The padding="same"/"valid" overload and unbatched inputs are
+    // rewritten by decomposition.
+    auto type = node->input(0)->type()->cast<c10::TensorType>();
+    auto rank = type ? type->dim() : c10::nullopt;
+    return node->inputs().size() == 7 && (!rank || *rank == 4) &&
            node->input(4)->type()->kind() != c10::TypeKind::StringType;
   }
   if (name == "aten::flatten") {

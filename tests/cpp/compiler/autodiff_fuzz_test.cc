@@ -382,6 +382,12 @@ bool RandomOp(Builder& b) {
     case 43: {
       if (rank < 2) return b.Emit(b.Coin() ? "aten::max" : "aten::rsqrt",
                                   {b.Coin() ? x : Positive(b, x, 0.5)});
+      if (b.Coin()) {  // layer norm over the trailing 1 or 2 dims
+        std::vector<int64_t> shape(xs.end() - b.Int(1, 2), xs.end());
+        return b.Emit("aten::layer_norm", {x, b.Const(shape), b.Const(c10::IValue()),
+                                           b.Const(c10::IValue()), b.Const(1e-5),
+                                           b.Const(false)});
+      }
       // batch norm in training mode over dim 1
       return b.Emit("aten::batch_norm",
                     {x, b.Const(c10::IValue()), b.Const(c10::IValue()), b.Const(c10::IValue()),

@@ -182,6 +182,30 @@ TEST(CompiledCnn, TransposedConvolutionMatchesEagerFloat64) {
   ExpectCompiledEqualsEager(DecoderLoss, params, batch, Adam(0.05), 2, 1e-10, 1e-12);
 }
 
+// A sequence model: conv1d (stride 2), LayerNorm over channels, a linear
+// layer on a 3-D input; plus an unbatched conv2d term.
+at::Tensor SequenceLoss(const TensorList& p, const TensorList& b) {
+  auto h = torch::conv1d(b[0], p[0], p[1], /*stride=*/2, /*padding=*/1);  // [N, 4, L']
+  h = torch::layer_norm(h.transpose(1, 2), {4}, p[2], p[3], 1e-5);       // [N, L', 4]
+  auto y = torch::linear(torch::tanh(h), p[4], p[5]);                     // [N, L', 1]
+  auto image = torch::conv2d(b[2], p[6], {}, 1, 1);                       // unbatched
+  return torch::mse_loss(y.squeeze(-1), b[1]) + image.pow(2).mean();
+}
+
+TEST(CompiledCnn, Conv1dLayerNormSequenceMatchesEagerFloat64) {
+  torch::manual_seed(12);
+  auto params = Leaves({torch::randn({4, 2, 3}) * 0.5, torch::randn({4}) * 0.1,
+                        1.0 + torch::randn({4}) * 0.1, torch::randn({4}) * 0.1,
+                        torch::randn({1, 4}) * 0.5, torch::randn({1}) * 0.1,
+                        torch::randn({2, 2, 3, 3}) * 0.3},
+                       torch::kFloat64);
+  TensorList batch = {torch::randn({3, 2, 9}, torch::kFloat64),
+                      torch::randn({3, 5}, torch::kFloat64),
+                      torch::randn({2, 5, 4}, torch::kFloat64)};
+  ExpectCompiledEqualsEager(SequenceLoss, params, batch, Sgd(0.3), 3, 1e-10, 1e-12);
+  ExpectCompiledEqualsEager(SequenceLoss, params, batch, Adam(0.02), 2, 1e-10, 1e-12);
+}
+
 // ---------------------------------------------------------- BatchNorm
 // linear(3->8, no bias: batch norm removes it, its gradient would be
 // rounding noise that Adam amplifies) -> BatchNorm1d (training, affine) ->
