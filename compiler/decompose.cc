@@ -495,6 +495,14 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          return Insert(g, "aten::amax", {n->input(0), g.insertConstant(std::vector<int64_t>{}),
                                          g.insertConstant(false)});
        }},
+      {"aten::min",  // min(x) = -amax(-x): every element, ties shared as eager
+       [](Graph& g, Node* n) -> Value* {
+         if (n->inputs().size() != 1) return nullptr;
+         Value* negated = Insert(g, "aten::neg", {n->input(0)});
+         return Insert(g, "aten::neg",
+                       {Insert(g, "aten::amax", {negated, g.insertConstant(std::vector<int64_t>{}),
+                                                 g.insertConstant(false)})});
+       }},
       {"aten::rsqrt",
        [](Graph& g, Node* n) -> Value* {
          return Insert(g, "aten::div", {Insert(g, "aten::ones_like", {n->input(0)}),

@@ -41,6 +41,7 @@
 //                                   logsumexp([0, beta x], 0) / beta)
 //   log_sigmoid(x)         -> -softplus(-x)
 //   max(x)                 -> amax(x, [])
+//   min(x)                 -> -amax(-x, [])
 //   max.dim / min.dim(x, d, keepdim)
 //                          -> (gather(x, d, i), i), i = argmax / argmin
 //                             (keepdim: the first maximum, as eager;

@@ -380,8 +380,12 @@ bool RandomOp(Builder& b) {
       return b.Emit("aten::mse_loss", {x, y, b.Const(int64_t{b.Int(0, 2)})});
     }
     case 43: {
-      if (rank < 2) return b.Emit(b.Coin() ? "aten::max" : "aten::rsqrt",
-                                  {b.Coin() ? x : Positive(b, x, 0.5)});
+      if (rank < 2) {
+        const int64_t which = b.Int(0, 2);
+        if (which == 2) return b.Emit("aten::rsqrt", {Positive(b, x, 0.5)});
+        Value* in = b.Coin() ? b.Emit("aten::relu", {x}, false) : x;  // ties
+        return b.Emit(which == 0 ? "aten::max" : "aten::min", {in});
+      }
       if (b.Coin()) {  // layer norm over the trailing 1 or 2 dims
         std::vector<int64_t> shape(xs.end() - b.Int(1, 2), xs.end());
         return b.Emit("aten::layer_norm", {x, b.Const(shape), b.Const(c10::IValue()),
