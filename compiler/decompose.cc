@@ -297,6 +297,39 @@ bool IsUnreadCounterIncrement(Node* n) {
          self->node()->kind() == torch::jit::prim::Constant;
 }
 
+// avg_pool2d as a depthwise conv2d with a constant 1/divisor kernel (groups
+// = channels), where every window has the same divisor: count_include_pad
+// or no padding, and ceil_mode only where it adds no window.
+Value* AvgPool2d(Graph& g, Value* x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                 std::vector<int64_t> padding, bool ceil_mode, bool count_include_pad,
+                 c10::optional<int64_t> divisor_override) {
+  auto type = x->type()->cast<c10::TensorType>();
+  auto sizes = type ? type->sizes().concrete_sizes() : c10::nullopt;
+  if (!sizes || sizes->size() != 4 || !type->scalarType()) return nullptr;
+  auto widen = [](std::vector<int64_t>& v, int64_t fallback) {
+    if (v.empty()) v = {fallback, fallback};
+    if (v.size() == 1) v.push_back(v[0]);
+    return v.size() == 2;
+  };
+  if (!widen(kernel, 1)) return nullptr;
+  if (stride.empty()) stride = kernel;
+  if (!widen(stride, 1) || !widen(padding, 0)) return nullptr;
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t span = (*sizes)[2 + i] + 2 * padding[i] - kernel[i];
+    if (span < 0 || (ceil_mode && span % stride[i] != 0)) return nullptr;
+    if (!count_include_pad && padding[i] != 0 && !divisor_override) return nullptr;
+  }
+  const int64_t channels = (*sizes)[1];
+  const double divisor = divisor_override ? static_cast<double>(*divisor_override)
+                                          : static_cast<double>(kernel[0] * kernel[1]);
+  at::Tensor ones = torch::full({channels, 1, kernel[0], kernel[1]}, 1.0 / divisor,
+                                at::TensorOptions().dtype(*type->scalarType()));
+  return Insert(g, "aten::conv2d",
+                {x, g.insertConstant(ones), g.insertConstant(c10::IValue()),
+                 g.insertConstant(stride), g.insertConstant(padding),
+                 g.insertConstant(std::vector<int64_t>{1, 1}), g.insertConstant(channels)});
+}
+
 // Each rewrite returns the replacement value or nullptr when the node's
 // arguments are outside what the rewrite supports.
 using Rewrite = std::function<Value*(Graph&, Node*)>;
@@ -464,6 +497,37 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
            piece->setType(type->withSizes(shape));
          }
          return Concatenate(g, pieces, d);
+       }},
+      {"aten::avg_pool2d",
+       [](Graph& g, Node* n) -> Value* {
+         auto kernel = IntList(n->input(1)), stride = IntList(n->input(2)),
+              padding = IntList(n->input(3));
+         auto ceil_mode = ConstantOf(n->input(4)), include_pad = ConstantOf(n->input(5)),
+              divisor = ConstantOf(n->input(6));
+         if (!kernel || !stride || !padding || !ceil_mode || !include_pad || !divisor) {
+           return nullptr;
+         }
+         c10::optional<int64_t> override_value;
+         if (!divisor->isNone()) override_value = divisor->toInt();
+         return AvgPool2d(g, n->input(0), *kernel, *stride, *padding, ceil_mode->toBool(),
+                          include_pad->toBool(), override_value);
+       }},
+      {"aten::adaptive_avg_pool2d",  // windows that tile the input evenly
+       [](Graph& g, Node* n) -> Value* {
+         auto output = IntList(n->input(1));
+         auto type = n->input(0)->type()->cast<c10::TensorType>();
+         auto sizes = type ? type->sizes().concrete_sizes() : c10::nullopt;
+         if (!output || output->size() != 2 || !sizes || sizes->size() != 4) return nullptr;
+         if ((*output)[0] == 1 && (*output)[1] == 1) {
+           return Insert(g, "aten::mean", {n->input(0), g.insertConstant(std::vector<int64_t>{2, 3}),
+                                           g.insertConstant(true)});
+         }
+         std::vector<int64_t> kernel(2);
+         for (size_t i = 0; i < 2; ++i) {
+           if ((*output)[i] <= 0 || (*sizes)[2 + i] % (*output)[i] != 0) return nullptr;
+           kernel[i] = (*sizes)[2 + i] / (*output)[i];
+         }
+         return AvgPool2d(g, n->input(0), kernel, kernel, {0, 0}, false, true, c10::nullopt);
        }},
       {"aten::max_pool2d", [](Graph& g, Node* n) -> Value* { return MaxPool2d(g, n); }},
       {"aten::batch_norm", [](Graph& g, Node* n) -> Value* { return BatchNorm(g, n); }},

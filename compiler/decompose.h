@@ -20,6 +20,13 @@
 //                             symmetric padding only)
 //   conv2d(x [C, H, W])    -> squeeze(conv2d(unsqueeze(x, 0)), 0)
 //   max_pool2d(x, ...)     -> max_pool2d_with_indices(x, ...)[0]
+//   avg_pool2d(x, k, s, p) -> conv2d(x, full([C, 1, kh, kw], 1 / divisor),
+//                             stride s, padding p, groups C): NCHW, one
+//                             divisor for every window (count_include_pad
+//                             or p = 0; ceil_mode only if it adds no window)
+//   adaptive_avg_pool2d(x, (1, 1)) -> mean(x, [2, 3], keepdim)
+//   adaptive_avg_pool2d(x, (oh, ow)) -> avg_pool2d with k = s = (H/oh, W/ow)
+//                             when they divide evenly
 //   batch_norm(x, w, b, rm, rv, training, momentum, eps)
 //       training (or no running stats):
 //                          m = mean(x, dims, keepdim), c = x - m,

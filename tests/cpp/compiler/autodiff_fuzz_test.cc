@@ -427,7 +427,8 @@ bool RandomOp(Builder& b) {
 }
 
 // A 4-D program: conv2d (random stride, padding, dilation, groups, bias),
-// then maybe conv_transpose2d, an activation and max_pool2d.
+// then maybe conv_transpose2d, an activation and max_pool2d or average
+// pooling.
 bool RandomConvProgram(Builder& b) {
   const int64_t groups = b.Int(1, 2);
   const int64_t n = b.Int(1, 3), c = groups * b.Int(1, 2), o = groups * b.Int(1, 2);
@@ -457,6 +458,19 @@ bool RandomConvProgram(Builder& b) {
                                                  b.Const(op2), b.Const(g2), b.Const(d2)});
     if (z == nullptr) return false;
     y = b.Emit("aten::relu", {z});
+  }
+  if (b.Coin(0.3)) {  // average pooling (the decomposable configurations)
+    auto ys = b.Sizes(y);
+    if (b.Coin(0.3)) {
+      std::vector<int64_t> out = {1, 1};
+      if (b.Coin() && ys[2] % 2 == 0 && ys[3] % 2 == 0) out = {ys[2] / 2, ys[3] / 2};
+      return b.Emit("aten::adaptive_avg_pool2d", {y, b.Const(out)}) != nullptr;
+    }
+    std::vector<int64_t> k2 = {b.Int(1, std::min<int64_t>(3, ys[2])), b.Int(1, std::min<int64_t>(2, ys[3]))};
+    std::vector<int64_t> s2 = {b.Int(1, 2), b.Int(1, 2)}, p2 = {b.Int(0, k2[0] / 2), b.Int(0, k2[1] / 2)};
+    c10::IValue divisor = b.Coin(0.2) ? c10::IValue(int64_t{3}) : c10::IValue();
+    return b.Emit("aten::avg_pool2d", {y, b.Const(k2), b.Const(s2), b.Const(p2), b.Const(false),
+                                       b.Const(true), b.Const(divisor)}) != nullptr;
   }
   if (b.Coin(0.7)) {
     auto ys = b.Sizes(y);

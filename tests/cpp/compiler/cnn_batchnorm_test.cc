@@ -206,6 +206,28 @@ TEST(CompiledCnn, Conv1dLayerNormSequenceMatchesEagerFloat64) {
   ExpectCompiledEqualsEager(SequenceLoss, params, batch, Adam(0.02), 2, 1e-10, 1e-12);
 }
 
+// Average pooling (a depthwise conv2d with a constant kernel) and global
+// average pooling (a mean) in a CNN.
+at::Tensor AvgPoolCnnLoss(const TensorList& p, const TensorList& b) {
+  auto h = torch::relu(torch::conv2d(b[0], p[0], p[1], 1, 1));
+  h = torch::avg_pool2d(h, {2, 2});
+  h = torch::tanh(torch::conv2d(h, p[2], {}, 1, 1));
+  h = torch::adaptive_avg_pool2d(h, {1, 1}).flatten(1);
+  return F::cross_entropy(torch::linear(h, p[3], p[4]), b[1]);
+}
+
+TEST(CompiledCnn, AveragePoolingMatchesEagerFloat64) {
+  torch::manual_seed(13);
+  auto params = Leaves({torch::randn({3, 2, 3, 3}) * 0.5, torch::randn({3}) * 0.1,
+                        torch::randn({4, 3, 3, 3}) * 0.5, torch::randn({3, 4}) * 0.5,
+                        torch::randn({3}) * 0.1},
+                       torch::kFloat64);
+  TensorList batch = {torch::randn({4, 2, 6, 6}, torch::kFloat64),
+                      torch::randint(0, 3, {4}, torch::kLong)};
+  ExpectCompiledEqualsEager(AvgPoolCnnLoss, params, batch, Sgd(0.5), 3, 1e-10, 1e-12);
+  ExpectCompiledEqualsEager(AvgPoolCnnLoss, params, batch, Adam(0.02), 2, 1e-10, 1e-12);
+}
+
 // ---------------------------------------------------------- BatchNorm
 // linear(3->8, no bias: batch norm removes it, its gradient would be
 // rounding noise that Adam amplifies) -> BatchNorm1d (training, affine) ->
