@@ -46,7 +46,10 @@ Node* AdamNode(Graph& g, Value* grad, Value* mu, Value* nu, Value* param,
 void CleanUp(std::shared_ptr<Graph> graph) {
   torch::jit::EliminateDeadCode(graph);
   torch::jit::EliminateCommonSubexpression(graph);
-  torch::jit::ConstantPropagation(graph);
+  // Immutable types only: tensor constants are references to the caller's
+  // tensors (e.g. BatchNorm running statistics reached through a module),
+  // and folding them would freeze values that may later change in place.
+  torch::jit::ConstantPropagationImmutableTypes(graph);
   torch::jit::EliminateDeadCode(graph);
 }
 

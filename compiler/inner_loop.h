@@ -62,7 +62,8 @@ SplitProgram BuildMetaBackward(const std::shared_ptr<torch::jit::Graph>& program
                                const std::vector<int64_t>& differentiable_inputs,
                                StageLog* log);
 
-// torch::jit's own clean-up passes: dead code, CSE, constant propagation.
+// torch::jit's own clean-up passes: dead code, CSE, constant propagation
+// (of immutable values: tensor constants are the caller's, see inner_loop.cc).
 void CleanUp(std::shared_ptr<torch::jit::Graph> graph);
 
 }  // namespace metafuse::compiler

@@ -236,3 +236,26 @@ def test_ir_dump_environment_variable(tmp_path):
     assert any(f.endswith("backward_program.ir") for f in files), files
     text = open(tmp_path / [f for f in files if f.endswith("decomposed.ir")][0]).read()
     assert "aten::tanh" in text
+
+
+def test_tensor_reached_through_an_object_follows_in_place_updates():
+    # Such tensors are traced as constants that alias the caller's storage;
+    # the compiler must not fold them (BatchNorm running statistics, say).
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.scale = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    w = torch.tensor([0.5, -1.0], dtype=torch.float64, requires_grad=True)
+
+    def loss_fn(p):
+        return ((p * (holder.scale * 2.0 + 1.0)) ** 2).sum()
+
+    adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.01), steps=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompilationFallbackWarning)
+        adapt(w)
+        holder.scale.mul_(3.0)  # in place: the compiled program must see it
+        compiled = adapt(w)
+    torch.testing.assert_close(compiled, adapt._eager(w, ()), rtol=1e-12, atol=1e-14)
+    assert adapt.compile_count == 1
