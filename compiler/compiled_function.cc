@@ -88,8 +88,8 @@ std::shared_ptr<CompiledFunction> CompiledFunction::Build(
     const std::vector<int64_t>& differentiable_inputs, StageLog* log) {
   auto fn = std::shared_ptr<CompiledFunction>(new CompiledFunction());
   fn->split_ = BuildMetaBackward(program, differentiable_inputs, log);
-  fn->forward_ = std::make_unique<runtime::Program>(fn->split_.forward);
-  fn->backward_ = std::make_unique<runtime::Program>(fn->split_.backward);
+  fn->forward_ = std::make_unique<runtime::Program>(fn->split_.forward, "forward");
+  fn->backward_ = std::make_unique<runtime::Program>(fn->split_.backward, "backward");
   return fn;
 }
 

@@ -6,11 +6,31 @@
 
 #include "compiler/autodiff.h"
 #include "compiler/compiled_inner_loop.h"
+#include "runtime/profiler.h"
 
 namespace py = pybind11;
 
 namespace metafuse::compiler {
 namespace {
+
+// A profiling session started and stopped explicitly from Python (on the
+// same thread: the session is thread-local).
+struct ProfileHandle {
+  std::unique_ptr<runtime::ProfileSession> session;
+  std::string summary, trace;
+  size_t num_events = 0;
+  void Start() {
+    TORCH_CHECK(!session, "profile already started");
+    session = std::make_unique<runtime::ProfileSession>();
+  }
+  void Stop() {
+    TORCH_CHECK(session, "profile not started");
+    summary = session->Summary();
+    trace = session->ChromeTrace();
+    num_events = session->events().size();
+    session.reset();
+  }
+};
 
 // A compiled user function together with the IR of its stages.
 struct CompiledUserFunction {
@@ -46,6 +66,14 @@ void BindCompiler(py::module_& parent) {
         return py::make_tuple(l.forward_program().Listing(),
                               l.backward_program().Listing());
       });
+
+  py::class_<ProfileHandle>(m, "Profile")
+      .def(py::init<>())
+      .def("start", &ProfileHandle::Start)
+      .def("stop", &ProfileHandle::Stop)
+      .def_readonly("summary", &ProfileHandle::summary)
+      .def_readonly("chrome_trace", &ProfileHandle::trace)
+      .def_readonly("num_events", &ProfileHandle::num_events);
 
   py::class_<CompiledUserFunction, std::shared_ptr<CompiledUserFunction>>(
       m, "CompiledFunction")

@@ -1,5 +1,9 @@
 #include "runtime/program.h"
 
+#include <chrono>
+
+#include "runtime/profiler.h"
+
 #include <sstream>
 #include <unordered_map>
 
@@ -53,7 +57,8 @@ torch::jit::Operation OperationOf(Node* node) {
 
 }  // namespace
 
-Program::Program(const std::shared_ptr<torch::jit::Graph>& graph) {
+Program::Program(const std::shared_ptr<torch::jit::Graph>& graph, std::string label)
+    : label_(std::move(label)) {
   std::unordered_map<const Value*, int> reg;
   auto allocate = [&](const Value* v) {
     reg[v] = num_registers_;
@@ -105,10 +110,19 @@ std::vector<c10::IValue> Program::Run(std::vector<c10::IValue> inputs) const {
     registers[input_registers_[i]] = std::move(inputs[i]);
   }
   torch::jit::Stack stack;
-  for (const Instruction& ins : code_) {
+  ProfileSession* profile = ProfileSession::Active();
+  for (size_t index = 0; index < code_.size(); ++index) {
+    const Instruction& ins = code_[index];
     stack.clear();
     for (int r : ins.inputs) stack.push_back(registers[r]);
-    ins.op(stack);
+    if (profile != nullptr) {
+      const auto start = std::chrono::steady_clock::now();
+      ins.op(stack);
+      profile->Record(label_, ins.name, static_cast<int64_t>(index), start,
+                      std::chrono::steady_clock::now());
+    } else {
+      ins.op(stack);
+    }
     TORCH_CHECK(stack.size() == ins.outputs.size(), "metafuse runtime: ", ins.name,
                 " returned ", stack.size(), " values, expected ", ins.outputs.size());
     for (size_t k = 0; k < ins.outputs.size(); ++k) {

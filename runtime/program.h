@@ -17,10 +17,13 @@ namespace metafuse::runtime {
 
 class Program {
  public:
-  // Lowers `graph`; every node must have a registered operator.
-  explicit Program(const std::shared_ptr<torch::jit::Graph>& graph);
+  // Lowers `graph`; every node must have a registered operator. `label`
+  // names the program in profiles ("forward", "backward").
+  explicit Program(const std::shared_ptr<torch::jit::Graph>& graph,
+                   std::string label = "program");
 
-  // Runs the program on `inputs` (one per graph input) with autograd off.
+  // Runs the program on `inputs` (one per graph input) with autograd off;
+  // timed per instruction while a ProfileSession is active on this thread.
   std::vector<c10::IValue> Run(std::vector<c10::IValue> inputs) const;
 
   size_t num_instructions() const { return code_.size(); }
@@ -42,6 +45,7 @@ class Program {
   std::vector<int> input_registers_;
   std::vector<int> output_registers_;
   int num_registers_ = 0;
+  std::string label_;
 };
 
 }  // namespace metafuse::runtime

@@ -38,7 +38,7 @@ from metafuse.base import GradientTransformation, apply_updates
 
 _core = _C._compiler
 
-__all__ = ["compile_inner_loop", "compile", "grad", "CompiledInnerLoop",
+__all__ = ["compile_inner_loop", "compile", "grad", "profile", "CompiledInnerLoop",
            "CompiledFunction", "CompilationFallbackWarning"]
 
 
@@ -410,3 +410,50 @@ def compile(fn=None, *, argnums=(0,)):  # noqa: A001 (the public name)
             raise TypeError("metafuse.compile: expected a function")
         return CompiledFunction(f, argnums)
     return decorate(fn) if fn is not None else decorate
+
+
+class ProfileResult:
+    """What profile() measured: ``summary`` (a table per program and op),
+    ``chrome_trace`` (JSON for chrome://tracing or Perfetto), ``num_events``."""
+
+    def __init__(self, handle):
+        self.summary = handle.summary
+        self.chrome_trace = handle.chrome_trace
+        self.num_events = handle.num_events
+
+    def __repr__(self):
+        return self.summary
+
+
+def profile(fn, *args, backward=True, trace_path=None, quiet=False):
+    """Runs a compiled function (compile_inner_loop or compile) once with
+    every runtime instruction timed, forward and, with ``backward``, the
+    compiled meta-backward (seeded with ones). Prints the table unless
+    ``quiet``; writes a Chrome trace to ``trace_path`` if given.
+
+    Operator fusion is not implemented yet, so there is no fused program to
+    set beside this one: the table is the unfused program."""
+    if not isinstance(fn, (CompiledInnerLoop, CompiledFunction)):
+        raise TypeError("metafuse.profile: `fn` must be a function returned by "
+                        "compile_inner_loop or compile")
+    handle = _core.Profile()
+    handle.start()
+    try:
+        out = fn(*args)
+        if backward:
+            leaves = [t for t in _tree.leaves(out)
+                      if isinstance(t, torch.Tensor) and t.requires_grad]
+            if leaves:
+                torch.autograd.backward(leaves, [torch.ones_like(t) for t in leaves])
+    finally:
+        handle.stop()
+    result = ProfileResult(handle)
+    if handle.num_events == 0:
+        warnings.warn("metafuse.profile: no compiled instruction ran (did the "
+                      "call fall back to eager execution?)", stacklevel=2)
+    if trace_path is not None:
+        with open(trace_path, "w") as f:
+            f.write(result.chrome_trace)
+    if not quiet:
+        print(result.summary)
+    return result
