@@ -67,24 +67,6 @@ int64_t Rank(Value* v) {
   return static_cast<int64_t>(*dim);
 }
 
-// Re-inserts reduced dims of a keepdim=False reduction so `grad` broadcasts
-// against the input again.
-Value* Unreduce(Emit& e, Value* grad, Value* input, Value* dims_value, bool keepdim) {
-  if (keepdim) return grad;
-  auto dims_iv = torch::jit::toIValue(dims_value);
-  if (!dims_iv) throw UnsupportedOp("reduction with non-constant dims");
-  std::vector<int64_t> dims = dims_iv->toIntVector();
-  // The rank is only needed for negative dims (values made by rules carry
-  // no static rank).
-  if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) {
-    const int64_t rank = Rank(input);
-    for (auto& d : dims) d = d < 0 ? d + rank : d;
-  }
-  std::sort(dims.begin(), dims.end());
-  for (int64_t d : dims) grad = e.op("aten::unsqueeze", {grad, e.ci(d)});
-  return grad;
-}
-
 // A constant int list argument (a prim::Constant or a ListConstruct of
 // constants), widened to `width` entries when given as one int.
 std::vector<int64_t> ConstIntList(Value* v, const std::string& what, size_t width = 0) {
@@ -105,6 +87,25 @@ std::vector<int64_t> ConstIntList(Value* v, const std::string& what, size_t widt
   if (width > 0 && out.size() == 1) out.assign(width, out[0]);
   if (width > 0 && out.size() != width) throw UnsupportedOp(what + " (wrong list length)");
   return out;
+}
+
+// Re-inserts reduced dims of a keepdim=False reduction so `grad` broadcasts
+// against the input again.
+Value* Unreduce(Emit& e, Value* grad, Value* input, Value* dims_value, bool keepdim) {
+  if (keepdim) return grad;
+  // Lists stay ListConstructs of constants (constant propagation folds
+  // immutable values only).
+  std::vector<int64_t> dims =
+      ConstIntList(dims_value, "reduction dims");
+  // The rank is only needed for negative dims (values made by rules carry
+  // no static rank).
+  if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) {
+    const int64_t rank = Rank(input);
+    for (auto& d : dims) d = d < 0 ? d + rank : d;
+  }
+  std::sort(dims.begin(), dims.end());
+  for (int64_t d : dims) grad = e.op("aten::unsqueeze", {grad, e.ci(d)});
+  return grad;
 }
 
 int64_t ConstInt(Value* v, const std::string& what) {

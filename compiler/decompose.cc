@@ -21,6 +21,14 @@ using torch::jit::WithInsertPoint;
 
 c10::optional<c10::IValue> ConstantOf(Value* v) { return torch::jit::toIValue(v); }
 
+// Why the last rewrite declined (appended to the op's name in the report).
+thread_local std::string last_rejection;
+
+Value* Reject(const std::string& why) {
+  last_rejection = why;
+  return nullptr;
+}
+
 int64_t TensorRank(Value* v) {
   auto type = v->type()->cast<c10::TensorType>();
   if (!type) return -1;
@@ -62,7 +70,8 @@ Value* Conv1dAs2d(Graph& g, Value* x, Value* w, Value* b, Value* stride, Value* 
   auto s = IntList(stride), p = IntList(padding), d = IntList(dilation);
   if (TensorRank(x) != 3 || !s || !p || !d || s->size() != 1 || p->size() != 1 ||
       d->size() != 1) {
-    return nullptr;
+    return Reject("a batched [N, C, L] input and constant one-element stride/padding/dilation "
+                  "expected");
   }
   Value* x2 = Insert(g, "aten::unsqueeze", {x, g.insertConstant(2)});
   Value* w2 = Insert(g, "aten::unsqueeze", {w, g.insertConstant(2)});
@@ -77,7 +86,7 @@ Value* Conv1dAs2d(Graph& g, Value* x, Value* w, Value* b, Value* stride, Value* 
 Value* Conv2dMaybeUnbatched(Graph& g, Value* x, Value* w, Value* b, Value* stride,
                             Value* padding, Value* dilation, Value* groups) {
   const int64_t rank = TensorRank(x);
-  if (rank != 3 && rank != 4) return nullptr;
+  if (rank != 3 && rank != 4) return Reject("a [C, H, W] or [N, C, H, W] input expected");
   if (rank == 3) x = Insert(g, "aten::unsqueeze", {x, g.insertConstant(0)});
   Value* y = Insert(g, "aten::conv2d", {x, w, b, stride, padding, dilation, groups});
   return rank == 3 ? Insert(g, "aten::squeeze", {y, g.insertConstant(0)}) : y;
@@ -91,12 +100,16 @@ Value* Convolution(Graph& g, Node* n) {
   auto transposed = ConstantOf(n->input(6));
   auto output_padding = IntList(n->input(7));
   const int64_t rank = TensorRank(n->input(0));
-  if (!transposed || !output_padding) return nullptr;
+  if (!transposed || !output_padding) {
+    return Reject("constant `transposed` and `output_padding` expected");
+  }
   Value *x = n->input(0), *w = n->input(1), *b = n->input(2);
   if (rank == 3 && !transposed->toBool()) {
     return Conv1dAs2d(g, x, w, b, n->input(3), n->input(4), n->input(5), n->input(8));
   }
-  if (rank != 4) return nullptr;
+  if (rank != 4) {
+    return Reject("a batched 2-D [N, C, H, W] (or non-transposed 1-D [N, C, L]) input expected");
+  }
   if (!transposed->toBool()) {
     return Insert(g, "aten::conv2d",
                   {x, w, b, n->input(3), n->input(4), n->input(5), n->input(8)});
@@ -125,7 +138,7 @@ Value* LayerNorm(Graph& g, Node* n) {
   auto eps = ConstantOf(n->input(4));
   if (rank < 1 || !shape || !eps || shape->empty() ||
       static_cast<int64_t>(shape->size()) > rank) {
-    return nullptr;
+    return Reject("an input of known rank, a constant normalized_shape and eps expected");
   }
   std::vector<int64_t> dims;
   for (int64_t d = rank - static_cast<int64_t>(shape->size()); d < rank; ++d) dims.push_back(d);
@@ -160,7 +173,9 @@ Value* BatchNorm(Graph& g, Node* n) {
   const int64_t rank = TensorRank(n->input(0));
   auto training = ConstantOf(n->input(5));
   auto eps = ConstantOf(n->input(7));
-  if (rank < 2 || !training || !eps) return nullptr;
+  if (rank < 2 || !training || !eps) {
+    return Reject("an input of known rank >= 2 and constant `training` and `eps` expected");
+  }
   Value *x = n->input(0), *weight = n->input(1), *bias = n->input(2),
         *running_mean = n->input(3), *running_var = n->input(4);
   const bool batch_stats = training->toBool() || IsNone(running_mean) || IsNone(running_var);
@@ -199,7 +214,7 @@ Value* BatchNorm(Graph& g, Node* n) {
 // max_pool2d_with_indices (whose indices the derivative rule scatters to).
 Value* MaxPool2d(Graph& g, Node* n) {
   const int64_t rank = TensorRank(n->input(0));
-  if (rank != 3 && rank != 4) return nullptr;
+  if (rank != 3 && rank != 4) return Reject("a [C, H, W] or [N, C, H, W] input expected");
   std::vector<Value*> inputs(n->inputs().begin(), n->inputs().end());
   Node* pool = g.create(Symbol::fromQualString("aten::max_pool2d_with_indices"), inputs, 2);
   g.insertNode(pool);
@@ -216,16 +231,18 @@ Value* MaxPool2d(Graph& g, Node* n) {
 // zero-padded to its place along dim (constant_pad_nd, whose derivative is
 // the crop) and the pieces are summed; no list in the differentiated graph.
 Value* Concatenate(Graph& g, const std::vector<Value*>& pieces, int64_t dim) {
-  if (pieces.empty()) return nullptr;
+  if (pieces.empty()) return Reject("a tensor list built in the graph expected");
   const int64_t rank = TensorRank(pieces[0]);
-  if (rank < 1) return nullptr;
+  if (rank < 1) return Reject("tensors of known rank >= 1 expected");
   if (dim < 0) dim += rank;
-  if (dim < 0 || dim >= rank) return nullptr;
+  if (dim < 0 || dim >= rank) return Reject("dim out of range");
   std::vector<int64_t> lengths;
   for (Value* piece : pieces) {
     auto type = piece->type()->cast<c10::TensorType>();
     auto sizes = type ? type->sizes().concrete_sizes() : c10::nullopt;
-    if (!sizes || static_cast<int64_t>(sizes->size()) != rank) return nullptr;
+    if (!sizes || static_cast<int64_t>(sizes->size()) != rank) {
+      return Reject("tensors of static shape and equal rank expected");
+    }
     lengths.push_back((*sizes)[dim]);
   }
   if (pieces.size() == 1) return Insert(g, "aten::clone", {pieces[0]});
@@ -305,19 +322,26 @@ Value* AvgPool2d(Graph& g, Value* x, std::vector<int64_t> kernel, std::vector<in
                  c10::optional<int64_t> divisor_override) {
   auto type = x->type()->cast<c10::TensorType>();
   auto sizes = type ? type->sizes().concrete_sizes() : c10::nullopt;
-  if (!sizes || sizes->size() != 4 || !type->scalarType()) return nullptr;
+  if (!sizes || sizes->size() != 4 || !type->scalarType()) {
+    return Reject("a [N, C, H, W] input of static shape expected");
+  }
   auto widen = [](std::vector<int64_t>& v, int64_t fallback) {
     if (v.empty()) v = {fallback, fallback};
     if (v.size() == 1) v.push_back(v[0]);
     return v.size() == 2;
   };
-  if (!widen(kernel, 1)) return nullptr;
+  if (!widen(kernel, 1)) return Reject("a 1- or 2-element kernel_size expected");
   if (stride.empty()) stride = kernel;
-  if (!widen(stride, 1) || !widen(padding, 0)) return nullptr;
+  if (!widen(stride, 1) || !widen(padding, 0)) return Reject("2-D stride/padding expected");
   for (size_t i = 0; i < 2; ++i) {
     const int64_t span = (*sizes)[2 + i] + 2 * padding[i] - kernel[i];
-    if (span < 0 || (ceil_mode && span % stride[i] != 0)) return nullptr;
-    if (!count_include_pad && padding[i] != 0 && !divisor_override) return nullptr;
+    if (span < 0) return Reject("a kernel no larger than the padded input expected");
+    if (ceil_mode && span % stride[i] != 0) {
+      return Reject("ceil_mode adds a partial window (its divisor differs): not compiled");
+    }
+    if (!count_include_pad && padding[i] != 0 && !divisor_override) {
+      return Reject("count_include_pad=False with padding (per-window divisors): not compiled");
+    }
   }
   const int64_t channels = (*sizes)[1];
   const double divisor = divisor_override ? static_cast<double>(*divisor_override)
@@ -360,7 +384,9 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          const int64_t rank = TensorRank(n->input(0));
          auto out_type = n->output()->type()->cast<c10::TensorType>();
          auto out_sizes = out_type ? out_type->sizes().concrete_sizes() : c10::nullopt;
-         if (rank < 2 || TensorRank(n->input(1)) != 2 || (rank > 2 && !out_sizes)) return nullptr;
+         if (rank < 2 || TensorRank(n->input(1)) != 2 || (rank > 2 && !out_sizes)) {
+           return Reject("an input of rank >= 2 (static shape when > 2) and a 2-D weight expected");
+         }
          Value* x = n->input(0);
          if (rank > 2) {
            x = Insert(g, "aten::flatten", {x, g.insertConstant(0), g.insertConstant(rank - 2)});
@@ -374,7 +400,9 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        }},
       {"aten::matmul",
        [](Graph& g, Node* n) -> Value* {
-         if (TensorRank(n->input(0)) != 2 || TensorRank(n->input(1)) != 2) return nullptr;
+         if (TensorRank(n->input(0)) != 2 || TensorRank(n->input(1)) != 2) {
+           return Reject("2-D operands expected");
+         }
          return Insert(g, "aten::mm", {n->input(0), n->input(1)});
        }},
       {"aten::addmm",
@@ -454,7 +482,9 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
                const int64_t s = (*stride)[stride->size() == 1 ? 0 : i];
                const int64_t d = (*dilation)[dilation->size() == 1 ? 0 : i];
                const int64_t total = d * ((*sizes)[2 + i] - 1);
-               if (s != 1 || total % 2 != 0) return nullptr;  // asymmetric padding
+               if (s != 1 || total % 2 != 0) {
+                 return Reject("padding='same' needs stride 1 and symmetric padding");
+               }
                pads[i] = total / 2;
              }
            } else if (mode->toStringRef() != "valid") {
@@ -505,7 +535,7 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          auto ceil_mode = ConstantOf(n->input(4)), include_pad = ConstantOf(n->input(5)),
               divisor = ConstantOf(n->input(6));
          if (!kernel || !stride || !padding || !ceil_mode || !include_pad || !divisor) {
-           return nullptr;
+           return Reject("constant pooling parameters expected");
          }
          c10::optional<int64_t> override_value;
          if (!divisor->isNone()) override_value = divisor->toInt();
@@ -517,14 +547,18 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          auto output = IntList(n->input(1));
          auto type = n->input(0)->type()->cast<c10::TensorType>();
          auto sizes = type ? type->sizes().concrete_sizes() : c10::nullopt;
-         if (!output || output->size() != 2 || !sizes || sizes->size() != 4) return nullptr;
+         if (!output || output->size() != 2 || !sizes || sizes->size() != 4) {
+           return Reject("a constant output_size and a [N, C, H, W] input of static shape expected");
+         }
          if ((*output)[0] == 1 && (*output)[1] == 1) {
            return Insert(g, "aten::mean", {n->input(0), g.insertConstant(std::vector<int64_t>{2, 3}),
                                            g.insertConstant(true)});
          }
          std::vector<int64_t> kernel(2);
          for (size_t i = 0; i < 2; ++i) {
-           if ((*output)[i] <= 0 || (*sizes)[2 + i] % (*output)[i] != 0) return nullptr;
+           if ((*output)[i] <= 0 || (*sizes)[2 + i] % (*output)[i] != 0) {
+             return Reject("output_size must divide the input size (uneven windows: not compiled)");
+           }
            kernel[i] = (*sizes)[2 + i] / (*output)[i];
          }
          return AvgPool2d(g, n->input(0), kernel, kernel, {0, 0}, false, true, c10::nullopt);
@@ -535,9 +569,11 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        [](Graph& g, Node* n) -> Value* {
          auto beta = ConstantOf(n->input(1)), threshold = ConstantOf(n->input(2));
          const int64_t rank = TensorRank(n->input(0));
-         if (!beta || !threshold || rank < 0) return nullptr;
+         if (!beta || !threshold || rank < 0) {
+           return Reject("constant beta/threshold and an input of known rank expected");
+         }
          const double b = beta->toScalar().toDouble();
-         if (b <= 0.0) return nullptr;
+         if (b <= 0.0) return Reject("beta > 0 expected");
          Value* x = n->input(0);
          Value* bx = b == 1.0 ? x : Insert(g, "aten::mul", {x, g.insertConstant(b)});
          Value* soft = Softplus(g, bx, rank);
@@ -575,7 +611,9 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
       {"aten::dropout",
        [](Graph& g, Node* n) -> Value* {
          auto p = ConstantOf(n->input(1)), train = ConstantOf(n->input(2));
-         if (!p || !train || (train->toBool() && p->toDouble() != 0.0)) return nullptr;
+         if (!p || !train || (train->toBool() && p->toDouble() != 0.0)) {
+           return Reject("training-mode dropout with p > 0 is random: not compiled");
+         }
          return n->input(0);
        }},
   };
@@ -618,12 +656,13 @@ std::vector<std::string> DecomposeToPrimitives(const std::shared_ptr<Graph>& gra
     }
     auto it = Rewrites().find(name);
     Value* replacement = nullptr;
+    last_rejection.clear();
     if (it != Rewrites().end() && node->outputs().size() == 1) {
       WithInsertPoint guard(node);
       replacement = it->second(*graph, node);
     }
     if (replacement == nullptr) {
-      unsupported.insert(name);
+      unsupported.insert(last_rejection.empty() ? name : name + " (" + last_rejection + ")");
       continue;
     }
     replacement->setType(node->output()->type());

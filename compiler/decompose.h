@@ -58,7 +58,9 @@
 //   stack(list, d)         -> cat of unsqueeze(piece_k, d)
 //   rsqrt(x)               -> ones_like(x) / sqrt(x)
 // Returns the names of the ops it could neither keep nor rewrite (empty when
-// the whole graph is in the primitive set).
+// the whole graph is in the primitive set), each followed by what was
+// expected when a rewrite declined, e.g.
+//   "aten::avg_pool2d (ceil_mode adds a partial window ...: not compiled)".
 #pragma once
 
 #include <memory>

@@ -79,7 +79,8 @@ class Builder {
     // a Scalar, say): not what was asked for; drop the call.
     std::vector<torch::jit::Node*> conversions;
     for (Value* in : node->inputs()) {
-      if (!eager_.count(in) && !torch::jit::toIValue(in) && !IsTensorList(in)) {
+      if (!eager_.count(in) && !torch::jit::toIValue(in) && !IsTensorList(in) &&
+          !IntListOf(in)) {
         conversions.push_back(in->node());
       }
     }
@@ -109,7 +110,27 @@ class Builder {
     return Run(node, true) ? node->output(0) : nullptr;
   }
 
+  // An int list argument as the tracer writes it half of the time: a
+  // ListConstruct of constants (constant propagation leaves lists alone).
+  Value* Ints(const std::vector<int64_t>& values) {
+    if (Coin()) return Const(values);
+    std::vector<Value*> items;
+    for (int64_t v : values) items.push_back(Const(v));
+    return graph_->insertNode(graph_->createList(c10::IntType::get(), items))->output();
+  }
+
  private:
+  static c10::optional<std::vector<int64_t>> IntListOf(Value* v) {
+    if (v->node()->kind() != torch::jit::prim::ListConstruct) return c10::nullopt;
+    std::vector<int64_t> out;
+    for (Value* in : v->node()->inputs()) {
+      auto iv = torch::jit::toIValue(in);
+      if (!iv || !iv->isInt()) return c10::nullopt;
+      out.push_back(iv->toInt());
+    }
+    return out;
+  }
+
   bool IsTensorList(Value* v) const {
     if (v->node()->kind() != torch::jit::prim::ListConstruct) return false;
     for (Value* in : v->node()->inputs()) {
@@ -125,6 +146,8 @@ class Builder {
       auto it = eager_.find(in);
       if (it != eager_.end()) {
         stack.push_back(it->second);
+      } else if (auto ints = IntListOf(in)) {
+        stack.push_back(*ints);
       } else if (IsTensorList(in)) {
         c10::List<at::Tensor> list;
         for (Value* item : in->node()->inputs()) list.push_back(eager_.at(item));
@@ -241,16 +264,16 @@ bool RandomOp(Builder& b) {
     case 23: case 24: {
       if (rank == 0) return false;
       const char* op = b.Coin() ? "aten::sum" : "aten::mean";
-      return b.Emit(op, {x, b.Const(RandomDims(b, rank)), b.Const(b.Coin())});
+      return b.Emit(op, {x, b.Ints(RandomDims(b, rank)), b.Const(b.Coin())});
     }
     case 25: {
       if (rank == 0) return false;
-      return b.Emit("aten::logsumexp", {x, b.Const(RandomDims(b, rank)), b.Const(b.Coin())});
+      return b.Emit("aten::logsumexp", {x, b.Ints(RandomDims(b, rank)), b.Const(b.Coin())});
     }
     case 26: {
       if (rank == 0) return false;
       Value* in = b.Coin() ? b.Emit("aten::relu", {x}, false) : x;  // ties
-      return b.Emit("aten::amax", {in, b.Const(RandomDims(b, rank)), b.Const(b.Coin())});
+      return b.Emit("aten::amax", {in, b.Ints(RandomDims(b, rank)), b.Const(b.Coin())});
     }
     // ---- shape
     case 27: {
@@ -263,7 +286,7 @@ bool RandomOp(Builder& b) {
       std::vector<int64_t> shape = b.Coin() ? std::vector<int64_t>{k, -1}
                                             : std::vector<int64_t>{numel / k, 1, k};
       const bool view = b.eager(x).is_contiguous() && b.Coin();
-      return b.Emit(view ? "aten::view" : "aten::reshape", {x, b.Const(shape)});
+      return b.Emit(view ? "aten::view" : "aten::reshape", {x, b.Ints(shape)});
     }
     case 28: {
       if (rank < 2) return false;
@@ -275,7 +298,7 @@ bool RandomOp(Builder& b) {
       for (int64_t i = 0; i < rank; ++i) perm[i] = i;
       std::shuffle(perm.begin(), perm.end(), b.rng());
       if (b.Coin(0.3)) perm[0] -= rank;
-      return b.Emit("aten::permute", {x, b.Const(perm)});
+      return b.Emit("aten::permute", {x, b.Ints(perm)});
     }
     case 30: {
       if (rank != 2) return false;
@@ -302,7 +325,7 @@ bool RandomOp(Builder& b) {
       }
       if (rank < 4 && b.Coin(0.3)) shape.insert(shape.begin(), b.Int(2, 3)), grows = true;
       if (!grows) return false;
-      return b.Emit("aten::expand", {x, b.Const(shape)});
+      return b.Emit("aten::expand", {x, b.Ints(shape)});
     }
     case 34: {  // sum_to_size: some dims to 1, maybe drop leading dims
       if (rank == 0) return false;
@@ -311,7 +334,7 @@ bool RandomOp(Builder& b) {
         if (b.Coin(0.5)) s = 1;
       }
       if (b.Coin(0.3)) shape.erase(shape.begin());
-      return b.Emit("aten::sum_to_size", {x, b.Const(shape)});
+      return b.Emit("aten::sum_to_size", {x, b.Ints(shape)});
     }
     case 35: {
       if (rank == 0) return false;
@@ -327,7 +350,7 @@ bool RandomOp(Builder& b) {
           pad.push_back(b.Coin(0.3) && size >= 3 ? -1 : b.Int(0, 2));
         }
       }
-      return b.Emit("aten::constant_pad_nd", {x, b.Const(pad), b.Const(0.0)});
+      return b.Emit("aten::constant_pad_nd", {x, b.Ints(pad), b.Const(0.0)});
     }
     // ---- linear algebra
     case 37: {
@@ -388,7 +411,7 @@ bool RandomOp(Builder& b) {
       }
       if (b.Coin()) {  // layer norm over the trailing 1 or 2 dims
         std::vector<int64_t> shape(xs.end() - b.Int(1, 2), xs.end());
-        return b.Emit("aten::layer_norm", {x, b.Const(shape), b.Const(c10::IValue()),
+        return b.Emit("aten::layer_norm", {x, b.Ints(shape), b.Const(c10::IValue()),
                                            b.Const(c10::IValue()), b.Const(1e-5),
                                            b.Const(false)});
       }
@@ -442,7 +465,7 @@ bool RandomConvProgram(Builder& b) {
   Value* x = b.AddInput(torch::randn({n, c, h, w}));
   Value* weight = b.AddInput(torch::randn({o, c / groups, k[0], k[1]}) * 0.5);
   Value* bias = b.Coin() ? b.AddInput(torch::randn({o})) : b.Const(c10::IValue());
-  Value* y = b.Emit("aten::conv2d", {x, weight, bias, b.Const(s), b.Const(p), b.Const(d),
+  Value* y = b.Emit("aten::conv2d", {x, weight, bias, b.Ints(s), b.Ints(p), b.Ints(d),
                                      b.Const(groups)});
   if (y == nullptr) return false;
   y = b.Emit(b.Coin() ? "aten::tanh" : "aten::sigmoid", {y});
@@ -454,8 +477,8 @@ bool RandomConvProgram(Builder& b) {
     Value* weight2 = b.AddInput(torch::randn({o, b.Int(1, 2), k2[0], k2[1]}) * 0.5);
     Value* bias2 = b.Coin() ? b.Const(c10::IValue()) : nullptr;
     if (bias2 == nullptr) bias2 = b.AddInput(torch::randn({b.Sizes(weight2)[1] * g2}));
-    Value* z = b.Emit("aten::conv_transpose2d", {y, weight2, bias2, b.Const(s2), b.Const(p2),
-                                                 b.Const(op2), b.Const(g2), b.Const(d2)});
+    Value* z = b.Emit("aten::conv_transpose2d", {y, weight2, bias2, b.Ints(s2), b.Ints(p2),
+                                                 b.Ints(op2), b.Const(g2), b.Ints(d2)});
     if (z == nullptr) return false;
     y = b.Emit("aten::relu", {z});
   }
@@ -469,7 +492,7 @@ bool RandomConvProgram(Builder& b) {
     std::vector<int64_t> k2 = {b.Int(1, std::min<int64_t>(3, ys[2])), b.Int(1, std::min<int64_t>(2, ys[3]))};
     std::vector<int64_t> s2 = {b.Int(1, 2), b.Int(1, 2)}, p2 = {b.Int(0, k2[0] / 2), b.Int(0, k2[1] / 2)};
     c10::IValue divisor = b.Coin(0.2) ? c10::IValue(int64_t{3}) : c10::IValue();
-    return b.Emit("aten::avg_pool2d", {y, b.Const(k2), b.Const(s2), b.Const(p2), b.Const(false),
+    return b.Emit("aten::avg_pool2d", {y, b.Ints(k2), b.Ints(s2), b.Ints(p2), b.Const(false),
                                        b.Const(true), b.Const(divisor)}) != nullptr;
   }
   if (b.Coin(0.7)) {
@@ -477,8 +500,14 @@ bool RandomConvProgram(Builder& b) {
     std::vector<int64_t> pk = {b.Int(1, 3), b.Int(1, 2)}, ps = {b.Int(1, 2), b.Int(1, 2)},
                          pp = {b.Int(0, pk[0] / 2), b.Int(0, pk[1] / 2)},
                          pd = {b.Int(1, 2), 1};
-    Value* pooled = b.Emit("aten::max_pool2d", {y, b.Const(pk), b.Const(ps), b.Const(pp),
-                                                b.Const(pd), b.Const(b.Coin())});
+    // A window lying wholly in the padding makes torch 1.13's
+    // max_pool2d_with_indices return out-of-range indices (its own backward
+    // then corrupts memory): keep every window's extent within the input.
+    for (int i = 0; i < 2; ++i) {
+      if (ys[2 + i] < pd[i] * (pk[i] - 1) + 1) return true;  // no pooling
+    }
+    Value* pooled = b.Emit("aten::max_pool2d", {y, b.Ints(pk), b.Ints(ps), b.Ints(pp),
+                                                b.Ints(pd), b.Const(b.Coin())});
     if (pooled == nullptr) return false;
     y = pooled;
   }

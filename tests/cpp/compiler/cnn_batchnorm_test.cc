@@ -429,9 +429,31 @@ graph(%x : Double(6, 3), %nbt : Long()):
   EXPECT_EQ(unsupported[0], "aten::add_");
 }
 
-TEST(Decompose, TrainingBatchNormWithoutConstantRankFallsBack) {
+// Decomposing `ir` leaves exactly one op, reported as "<op> (<why>)".
+void ExpectDeclined(const char* ir, const std::string& op, const std::string& why) {
   auto graph = std::make_shared<torch::jit::Graph>();
-  torch::jit::parseIR(R"IR(
+  torch::jit::parseIR(ir, graph.get());
+  auto unsupported = DecomposeToPrimitives(graph);
+  ASSERT_EQ(unsupported.size(), 1u);
+  EXPECT_EQ(unsupported[0].rfind(op + " (", 0), 0u) << unsupported[0];
+  EXPECT_NE(unsupported[0].find(why), std::string::npos) << unsupported[0];
+}
+
+// An op the rewrite declines is reported with what was expected.
+TEST(Decompose, DeclinedRewriteSaysWhy) {
+  ExpectDeclined(R"IR(
+graph(%x : Double(1, 2, 5, 5)):
+  %2 : int = prim::Constant[value=2]()
+  %0 : int = prim::Constant[value=0]()
+  %t : bool = prim::Constant[value=1]()
+  %n : NoneType = prim::Constant()
+  %k : int[] = prim::ListConstruct(%2, %2)
+  %p : int[] = prim::ListConstruct(%0, %0)
+  %y : Double(1, 2, 3, 3) = aten::avg_pool2d(%x, %k, %k, %p, %t, %t, %n)
+  return (%y)
+)IR",
+                 "aten::avg_pool2d", "ceil_mode");
+  ExpectDeclined(R"IR(
 graph(%x : Tensor, %w : Tensor, %b : Tensor):
   %t : bool = prim::Constant[value=1]()
   %m : float = prim::Constant[value=0.1]()
@@ -440,10 +462,7 @@ graph(%x : Tensor, %w : Tensor, %b : Tensor):
   %y : Tensor = aten::batch_norm(%x, %w, %b, %n, %n, %t, %m, %e, %t)
   return (%y)
 )IR",
-                      graph.get());
-  auto unsupported = DecomposeToPrimitives(graph);
-  ASSERT_EQ(unsupported.size(), 1u);
-  EXPECT_EQ(unsupported[0], "aten::batch_norm");
+                 "aten::batch_norm", "known rank");
 }
 
 }  // namespace
