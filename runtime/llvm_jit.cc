@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
@@ -68,6 +69,15 @@ absl::StatusOr<std::unique_ptr<LlvmJit>> LlvmJit::Create() {
         absl::StrCat("LLVM ORC LLJIT could not be created: ",
                      ToString(jit.takeError())));
   }
+  auto process_symbols =
+      llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+          (*jit)->getDataLayout().getGlobalPrefix());
+  if (!process_symbols) {
+    return absl::InternalError(
+        absl::StrCat("LLVM could not search the process for symbols: ",
+                     ToString(process_symbols.takeError())));
+  }
+  (*jit)->getMainJITDylib().addGenerator(std::move(*process_symbols));
   auto impl = std::make_unique<Impl>();
   impl->host = absl::StrCat(jtmb->getTargetTriple().str(), " / ",
                             llvm::sys::getHostCPUName().str());
@@ -77,7 +87,8 @@ absl::StatusOr<std::unique_ptr<LlvmJit>> LlvmJit::Create() {
 }
 
 absl::Status LlvmJit::AddModule(const std::string& module_name,
-                                const std::string& ir) {
+                                const std::string& ir,
+                                std::string* optimized_ir) {
   auto context = std::make_unique<llvm::LLVMContext>();
   llvm::SMDiagnostic diag;
   std::unique_ptr<llvm::Module> module = llvm::parseIR(
@@ -114,6 +125,12 @@ absl::Status LlvmJit::AddModule(const std::string& module_name,
   llvm::ModulePassManager mpm =
       pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
   mpm.run(*module, mam);
+  if (optimized_ir != nullptr) {
+    optimized_ir->clear();
+    llvm::raw_string_ostream os(*optimized_ir);
+    module->print(os, nullptr);
+    os.flush();
+  }
 
   llvm::Error err = impl_->jit->addIRModule(
       llvm::orc::ThreadSafeModule(std::move(module), std::move(context)));

@@ -13,12 +13,17 @@ namespace metafuse::runtime {
 class LlvmJit {
  public:
   // Creates a JIT for the host CPU (its features enabled, O2 pipeline).
+  // Symbols that no module defines (libm's tanhf, expf, ...) resolve to the
+  // running process's.
   static absl::StatusOr<std::unique_ptr<LlvmJit>> Create();
   ~LlvmJit();
 
   // Parses `ir` (textual LLVM IR), optimizes it for the host and adds it to
   // the JIT under `module_name`. Errors name the module and LLVM's diagnostic.
-  absl::Status AddModule(const std::string& module_name, const std::string& ir);
+  // If `optimized_ir` is given, it receives the module's IR after the O2
+  // pipeline (e.g. to check that a loop vectorized).
+  absl::Status AddModule(const std::string& module_name, const std::string& ir,
+                         std::string* optimized_ir = nullptr);
 
   // Address of a function defined by an added module.
   absl::StatusOr<void*> Lookup(const std::string& symbol);

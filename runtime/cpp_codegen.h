@@ -1,0 +1,30 @@
+// Kernel IR -> standalone C++17 source with OpenMP pragmas, for ahead-of-time
+// artifacts. The source defines, with C linkage,
+//   void mf_<name>(int64_t begin, int64_t end, void* const* inputs,
+//                  void* const* outputs, const double* scalars)
+// (the same entry point as runtime/llvm_codegen.h) whose element loop is a
+// `#pragma omp parallel for simd`. It needs only <cmath> and <cstdint>.
+//
+// Compile it without fast-math and without FP contraction (g++ -O2 -fopenmp
+// -ffp-contract=off -shared -fPIC) to get the interpreter's results bit for
+// bit (up to libm); -ffast-math trades that for speed.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "runtime/kernel_ir.h"
+
+namespace metafuse::runtime {
+
+// The includes every printed kernel needs; print it once per source file.
+std::string CppPrelude();
+
+// One kernel as a C++ function (validates first). Several kernels can be
+// concatenated after one CppPrelude().
+absl::StatusOr<std::string> PrintCppKernel(const kir::Kernel& kernel);
+
+// CppPrelude() + PrintCppKernel(kernel).
+absl::StatusOr<std::string> PrintCppSource(const kir::Kernel& kernel);
+
+}  // namespace metafuse::runtime

@@ -1,0 +1,445 @@
+#include "runtime/llvm_codegen.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Config/llvm-config.h"
+#include "llvm/Support/Host.h"
+
+namespace metafuse::runtime {
+namespace {
+
+using kir::Access;
+using kir::Cmp;
+using kir::DType;
+using kir::Kernel;
+using kir::Node;
+using kir::Op;
+
+const char* Ty(DType t) { return t == DType::kF32 ? "float" : "double"; }
+const char* Sfx(DType t) { return t == DType::kF32 ? "f32" : "f64"; }
+int Align(DType t) { return t == DType::kF32 ? 4 : 8; }
+
+// LLVM's exact constant syntax: the bits of the value as a double (a float
+// constant is written as the double it widens to).
+std::string Literal(double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return absl::StrFormat("0x%016X", bits);
+}
+
+const char* FCmp(Cmp c) {
+  switch (c) {
+    case Cmp::kGt: return "ogt";
+    case Cmp::kLt: return "olt";
+    case Cmp::kGe: return "oge";
+    case Cmp::kLe: return "ole";
+    case Cmp::kEq: return "oeq";
+  }
+  return "ogt";
+}
+
+class Printer {
+ public:
+  explicit Printer(const Kernel& k) : k_(k), names_(k.nodes.size()) {}
+
+  std::string Module() {
+    const std::string sym = LlvmKernelSymbol(k_);
+    // Body parameters: begin, end, typed buffers, scalars.
+    std::vector<std::string> params = {"i64 %begin", "i64 %end"};
+    for (size_t j = 0; j < k_.inputs.size(); ++j) {
+      params.push_back(absl::StrCat(Ty(k_.inputs[j].dtype),
+                                    "* noalias nocapture readonly %in", j));
+    }
+    for (size_t j = 0; j < k_.outputs.size(); ++j) {
+      params.push_back(absl::StrCat(Ty(OutType(j)), "* noalias nocapture writeonly %out", j));
+    }
+    for (size_t j = 0; j < k_.scalars.size(); ++j) {
+      params.push_back(absl::StrCat(Ty(k_.scalars[j].dtype), " %s", j));
+    }
+    std::string body;
+    absl::StrAppend(&body, "define internal void @", sym, ".body(",
+                    absl::StrJoin(params, ", "), ") #0 {\n");
+    body +=
+        "entry:\n"
+        "  %empty = icmp sge i64 %begin, %end\n"
+        "  br i1 %empty, label %exit, label %preheader\n"
+        "preheader:\n";
+    // Broadcast inputs are read once, before the loop.
+    const std::vector<int> order = kir::LiveTopologicalOrder(k_);
+    for (int id : order) {
+      const Node& n = k_.nodes[id];
+      if (n.op == Op::kInput && k_.inputs[n.index].access == Access::kBroadcast) {
+        names_[id] = absl::StrCat("%v", id);
+        absl::StrAppend(&body, "  %v", id, " = load ", Ty(n.dtype), ", ", Ty(n.dtype),
+                        "* %in", n.index, ", align ", Align(n.dtype), "\n");
+      }
+    }
+    body +=
+        "  br label %loop\n"
+        "loop:\n"
+        "  %i = phi i64 [ %begin, %preheader ], [ %i.next, %loop ]\n";
+    for (int id : order) {
+      if (names_[id].empty()) Emit(id, &body);
+    }
+    for (size_t j = 0; j < k_.outputs.size(); ++j) {
+      const DType t = OutType(j);
+      absl::StrAppend(&body, "  %po", j, " = getelementptr inbounds ", Ty(t), ", ", Ty(t),
+                      "* %out", j, ", i64 %i\n");
+      absl::StrAppend(&body, "  store ", Ty(t), " ", names_[k_.outputs[j].node], ", ",
+                      Ty(t), "* %po", j, ", align ", Align(t), "\n");
+    }
+    body +=
+        "  %i.next = add nsw i64 %i, 1\n"
+        "  %more = icmp slt i64 %i.next, %end\n"
+        "  br i1 %more, label %loop, label %exit\n"
+        "exit:\n"
+        "  ret void\n"
+        "}\n\n";
+
+    // The entry point: unpack pointer arrays and scalars, call the body.
+    std::string entry;
+    absl::StrAppend(&entry, "define void @", sym,
+                    "(i64 %begin, i64 %end, i8** nocapture readonly %inputs, "
+                    "i8** nocapture readonly %outputs, double* nocapture readonly "
+                    "%scalars) #1 {\nentry:\n");
+    std::vector<std::string> args = {"i64 %begin", "i64 %end"};
+    auto unpack = [&](const char* array, const char* prefix, size_t j, DType t) {
+      absl::StrAppend(&entry, "  %", prefix, j, ".slot = getelementptr inbounds i8*, i8** %",
+                      array, ", i64 ", j, "\n", "  %", prefix, j, ".raw = load i8*, i8** %",
+                      prefix, j, ".slot, align 8\n", "  %", prefix, j, " = bitcast i8* %",
+                      prefix, j, ".raw to ", Ty(t), "*\n");
+      args.push_back(absl::StrCat(Ty(t), "* %", prefix, j));
+    };
+    for (size_t j = 0; j < k_.inputs.size(); ++j) unpack("inputs", "in", j, k_.inputs[j].dtype);
+    for (size_t j = 0; j < k_.outputs.size(); ++j) unpack("outputs", "out", j, OutType(j));
+    for (size_t j = 0; j < k_.scalars.size(); ++j) {
+      absl::StrAppend(&entry, "  %s", j, ".slot = getelementptr inbounds double, double* "
+                      "%scalars, i64 ", j, "\n  %s", j, ".d = load double, double* %s", j,
+                      ".slot, align 8\n");
+      if (k_.scalars[j].dtype == DType::kF32) {
+        absl::StrAppend(&entry, "  %s", j, " = fptrunc double %s", j, ".d to float\n");
+        args.push_back(absl::StrCat("float %s", j));
+      } else {
+        args.push_back(absl::StrCat("double %s", j, ".d"));
+      }
+    }
+    absl::StrAppend(&entry, "  call void @", sym, ".body(", absl::StrJoin(args, ", "),
+                    ")\n  ret void\n}\n\n");
+
+    std::string module = absl::StrCat("; metafuse kernel ", k_.name, "\n\n");
+    for (const std::string& d : decls_) absl::StrAppend(&module, d, "\n");
+    absl::StrAppend(&module, "\n", body, entry,
+                    "attributes #0 = { alwaysinline nounwind }\n"
+                    "attributes #1 = { nounwind }\n");
+    return module;
+  }
+
+ private:
+  DType OutType(size_t j) const { return k_.nodes[k_.outputs[j].node].dtype; }
+
+  std::string Fresh(int id) { return absl::StrCat("%t", id, ".", temp_++); }
+
+  std::string Intrinsic(const char* base, DType t, int arity = 1) {
+    std::string name = absl::StrCat("llvm.", base, ".", Sfx(t));
+    std::vector<std::string> ps(arity, Ty(t));
+    decls_.insert(absl::StrCat("declare ", Ty(t), " @", name, "(",
+                               absl::StrJoin(ps, ", "), ")"));
+    return name;
+  }
+
+  // Appends `%dst = call T @fn(T a)`.
+  std::string Call(const std::string& fn, DType t, const std::string& a,
+                   const std::string& dst, std::string* out) {
+    absl::StrAppend(out, "  ", dst, " = call ", Ty(t), " @", fn, "(", Ty(t), " ", a, ")\n");
+    return dst;
+  }
+
+  std::string Bin(const char* inst, DType t, const std::string& a, const std::string& b,
+                  const std::string& dst, std::string* out) {
+    absl::StrAppend(out, "  ", dst, " = ", inst, " ", Ty(t), " ", a, ", ", b, "\n");
+    return dst;
+  }
+
+  void Emit(int id, std::string* out) {
+    const Node& n = k_.nodes[id];
+    const DType t = n.dtype;
+    const std::string dst = absl::StrCat("%v", id);
+    auto arg = [&](int i) { return names_[n.args[i]]; };
+    const std::string one = Literal(1.0), zero = Literal(0.0);
+    std::string& name = names_[id];
+    switch (n.op) {
+      case Op::kInput: {
+        const kir::InputSpec& in = k_.inputs[n.index];
+        std::string index = "%i";
+        if (in.access == Access::kInner || in.access == Access::kOuter) {
+          index = absl::StrCat("%j", id);
+          absl::StrAppend(out, "  ", index, " = ",
+                          in.access == Access::kInner ? "urem" : "udiv", " i64 %i, ",
+                          in.inner, "\n");
+        }
+        absl::StrAppend(out, "  %p", id, " = getelementptr inbounds ", Ty(t), ", ", Ty(t),
+                        "* %in", n.index, ", i64 ", index, "\n");
+        absl::StrAppend(out, "  ", dst, " = load ", Ty(t), ", ", Ty(t), "* %p", id,
+                        ", align ", Align(t), "\n");
+        name = dst;
+        return;
+      }
+      case Op::kScalar: name = absl::StrCat("%s", n.index); return;
+      case Op::kConst: name = Literal(n.value); return;
+      case Op::kCast: {
+        const DType from = k_.nodes[n.args[0]].dtype;
+        if (from == t) {
+          name = arg(0);
+        } else {
+          absl::StrAppend(out, "  ", dst, " = ", t == DType::kF64 ? "fpext" : "fptrunc", " ",
+                          Ty(from), " ", arg(0), " to ", Ty(t), "\n");
+          name = dst;
+        }
+        return;
+      }
+      case Op::kNeg:
+        absl::StrAppend(out, "  ", dst, " = fneg ", Ty(t), " ", arg(0), "\n");
+        name = dst;
+        return;
+      case Op::kExp: name = Call(Intrinsic("exp", t), t, arg(0), dst, out); return;
+      case Op::kLog: name = Call(Intrinsic("log", t), t, arg(0), dst, out); return;
+      case Op::kSqrt: name = Call(Intrinsic("sqrt", t), t, arg(0), dst, out); return;
+      case Op::kAbs: name = Call(Intrinsic("fabs", t), t, arg(0), dst, out); return;
+      case Op::kTanh: {
+        const char* fn = t == DType::kF32 ? "tanhf" : "tanh";
+        decls_.insert(absl::StrCat("declare ", Ty(t), " @", fn, "(", Ty(t), ") nounwind readnone"));
+        name = Call(fn, t, arg(0), dst, out);
+        return;
+      }
+      case Op::kSigmoid: {
+        std::string neg = Fresh(id), e = Fresh(id), d = Fresh(id);
+        absl::StrAppend(out, "  ", neg, " = fneg ", Ty(t), " ", arg(0), "\n");
+        Call(Intrinsic("exp", t), t, neg, e, out);
+        Bin("fadd", t, one, e, d, out);
+        name = Bin("fdiv", t, one, d, dst, out);
+        return;
+      }
+      case Op::kRelu: {
+        std::string c = Fresh(id);
+        absl::StrAppend(out, "  ", c, " = fcmp olt ", Ty(t), " ", arg(0), ", ", zero, "\n");
+        absl::StrAppend(out, "  ", dst, " = select i1 ", c, ", ", Ty(t), " ", zero, ", ",
+                        Ty(t), " ", arg(0), "\n");
+        name = dst;
+        return;
+      }
+      case Op::kRsqrt: {
+        std::string s = Fresh(id);
+        Call(Intrinsic("sqrt", t), t, arg(0), s, out);
+        name = Bin("fdiv", t, one, s, dst, out);
+        return;
+      }
+      case Op::kPowConst: {
+        const std::string x = arg(0);
+        switch (kir::PowFormFor(n.value)) {
+          case kir::PowForm::kOne: name = x; return;
+          case kir::PowForm::kSquare: name = Bin("fmul", t, x, x, dst, out); return;
+          case kir::PowForm::kCube: {
+            std::string sq = Bin("fmul", t, x, x, Fresh(id), out);
+            name = Bin("fmul", t, sq, x, dst, out);
+            return;
+          }
+          case kir::PowForm::kSqrt: name = Call(Intrinsic("sqrt", t), t, x, dst, out); return;
+          case kir::PowForm::kRecip: name = Bin("fdiv", t, one, x, dst, out); return;
+          case kir::PowForm::kRsqrt: {
+            std::string s = Call(Intrinsic("sqrt", t), t, x, Fresh(id), out);
+            name = Bin("fdiv", t, one, s, dst, out);
+            return;
+          }
+          case kir::PowForm::kCall: {
+            const double e = t == DType::kF32
+                                 ? static_cast<double>(static_cast<float>(n.value))
+                                 : n.value;
+            absl::StrAppend(out, "  ", dst, " = call ", Ty(t), " @", Intrinsic("pow", t, 2),
+                            "(", Ty(t), " ", x, ", ", Ty(t), " ", Literal(e), ")\n");
+            name = dst;
+            return;
+          }
+        }
+        return;
+      }
+      case Op::kAdd: name = Bin("fadd", t, arg(0), arg(1), dst, out); return;
+      case Op::kSub: name = Bin("fsub", t, arg(0), arg(1), dst, out); return;
+      case Op::kMul: name = Bin("fmul", t, arg(0), arg(1), dst, out); return;
+      case Op::kDiv: name = Bin("fdiv", t, arg(0), arg(1), dst, out); return;
+      case Op::kMax:
+      case Op::kMin: {
+        // NaN propagating: a is NaN ? a : (a > b ? a : b)  (min: a < b).
+        std::string nan = Fresh(id), c = Fresh(id), pick = Fresh(id);
+        absl::StrAppend(out, "  ", nan, " = fcmp uno ", Ty(t), " ", arg(0), ", ", arg(0), "\n");
+        absl::StrAppend(out, "  ", c, " = fcmp ", n.op == Op::kMax ? "ogt" : "olt", " ",
+                        Ty(t), " ", arg(0), ", ", arg(1), "\n");
+        absl::StrAppend(out, "  ", pick, " = select i1 ", c, ", ", Ty(t), " ", arg(0), ", ",
+                        Ty(t), " ", arg(1), "\n");
+        absl::StrAppend(out, "  ", dst, " = select i1 ", nan, ", ", Ty(t), " ", arg(0), ", ",
+                        Ty(t), " ", pick, "\n");
+        name = dst;
+        return;
+      }
+      case Op::kSelect: {
+        const DType ct = k_.nodes[n.args[0]].dtype;
+        std::string c = Fresh(id);
+        absl::StrAppend(out, "  ", c, " = fcmp ", FCmp(n.cmp), " ", Ty(ct), " ", arg(0), ", ",
+                        arg(1), "\n");
+        absl::StrAppend(out, "  ", dst, " = select i1 ", c, ", ", Ty(t), " ", arg(2), ", ",
+                        Ty(t), " ", arg(3), "\n");
+        name = dst;
+        return;
+      }
+    }
+  }
+
+  const Kernel& k_;
+  std::vector<std::string> names_;  // SSA value or constant per node
+  std::set<std::string> decls_;
+  int temp_ = 0;
+};
+
+struct Span {
+  uintptr_t begin, end;
+  bool Overlaps(const Span& o) const { return begin < o.end && o.begin < end; }
+};
+
+}  // namespace
+
+std::string LlvmKernelSymbol(const Kernel& kernel) { return "mf_" + kernel.name; }
+
+absl::StatusOr<std::string> PrintLlvmIr(const Kernel& kernel) {
+  if (absl::Status s = kir::Validate(kernel); !s.ok()) return s;
+  return Printer(kernel).Module();
+}
+
+std::string LlvmHostTarget() {
+  std::string target = llvm::sys::getHostCPUName().str();
+  llvm::StringMap<bool> features;
+  if (llvm::sys::getHostCPUFeatures(features)) {
+    std::vector<std::string> on;
+    for (const auto& f : features) {
+      if (f.getValue()) on.push_back(f.getKey().str());
+    }
+    std::sort(on.begin(), on.end());
+    absl::StrAppend(&target, " ", absl::StrJoin(on, ","));
+  }
+  return target;
+}
+
+std::string LlvmCodegenVersions() {
+  return absl::StrCat("metafuse llvm_codegen 1 / llvm ", LLVM_VERSION_STRING);
+}
+
+absl::StatusOr<std::unique_ptr<CompiledKernel>> CompiledKernel::Create(
+    const Kernel& kernel, KernelCache* cache) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<CompiledKernel> ck(new CompiledKernel());
+  ck->kernel_ = kernel;
+  if (cache != nullptr) {
+    KernelKey key{kir::Print(kernel), LlvmHostTarget(), LlvmCodegenVersions()};
+    bool built = false;
+    auto ir = cache->GetOrBuild(key, [&] { return PrintLlvmIr(kernel); }, &built);
+    if (!ir.ok()) return ir.status();
+    ck->ir_ = *std::move(ir);
+    ck->cache_hit_ = !built;
+  } else {
+    auto ir = PrintLlvmIr(kernel);
+    if (!ir.ok()) return ir.status();
+    ck->ir_ = *std::move(ir);
+  }
+  auto jit = LlvmJit::Create();
+  if (!jit.ok()) return jit.status();
+  ck->jit_ = *std::move(jit);
+  const std::string symbol = LlvmKernelSymbol(kernel);
+  if (absl::Status s = ck->jit_->AddModule(symbol, ck->ir_, &ck->optimized_ir_); !s.ok()) {
+    return s;
+  }
+  auto fn = ck->jit_->Lookup(symbol);
+  if (!fn.ok()) return fn.status();
+  ck->fn_ = reinterpret_cast<Fn>(*fn);
+  ck->compile_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return ck;
+}
+
+void CompiledKernel::RunUnchecked(int64_t n, const void* const* inputs,
+                                  void* const* outputs, const double* scalars,
+                                  int64_t grain) const {
+  void* const* in = const_cast<void* const*>(inputs);
+  if (grain <= 0) grain = kDefaultGrain;
+  if (n <= grain || omp_get_max_threads() == 1) {
+    fn_(0, n, in, outputs, scalars);
+    return;
+  }
+  const int64_t chunks = (n + grain - 1) / grain;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    fn_(c * grain, std::min(n, (c + 1) * grain), in, outputs, scalars);
+  }
+}
+
+absl::Status CompiledKernel::Run(int64_t n, const std::vector<const void*>& inputs,
+                                 const std::vector<void*>& outputs,
+                                 const std::vector<double>& scalars, int64_t grain) const {
+  const Kernel& k = kernel_;
+  if (absl::Status s =
+          kir::CheckLaunch(k, n, inputs.size(), outputs.size(), scalars.size());
+      !s.ok()) {
+    return s;
+  }
+  if (n == 0) return absl::OkStatus();
+  auto size_of = [](DType t) { return t == DType::kF32 ? 4u : 8u; };
+  std::vector<Span> in_spans, out_spans;
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    if (inputs[j] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kernel '", k.name, "': input '", k.inputs[j].name, "' is null; expected a buffer"));
+    }
+    const uintptr_t b = reinterpret_cast<uintptr_t>(inputs[j]);
+    in_spans.push_back(
+        {b, b + kir::RequiredInputElements(k.inputs[j], n) * size_of(k.inputs[j].dtype)});
+  }
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const std::string& oname = k.outputs[o].name;
+    if (outputs[o] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kernel '", k.name, "': output '", oname, "' is null; expected a buffer"));
+    }
+    const DType t = k.nodes[k.outputs[o].node].dtype;
+    const uintptr_t b = reinterpret_cast<uintptr_t>(outputs[o]);
+    const Span s{b, b + n * size_of(t)};
+    for (size_t p = 0; p < out_spans.size(); ++p) {
+      if (s.Overlaps(out_spans[p])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "kernel '", k.name, "': outputs '", k.outputs[p].name, "' and '", oname,
+            "' overlap; expected disjoint output buffers"));
+      }
+    }
+    for (size_t j = 0; j < in_spans.size(); ++j) {
+      if (!s.Overlaps(in_spans[j])) continue;
+      const kir::InputSpec& in = k.inputs[j];
+      if (in_spans[j].begin == s.begin && in.access == Access::kElement && in.dtype == t) {
+        continue;  // in place: element i is read before it is written
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kernel '", k.name, "': output '", oname, "' overlaps input '", in.name,
+          "'; expected disjoint buffers, or the same buffer for an elementwise input of "
+          "the same dtype (in place)"));
+    }
+    out_spans.push_back(s);
+  }
+  RunUnchecked(n, inputs.data(), outputs.data(), scalars.data(), grain);
+  return absl::OkStatus();
+}
+
+}  // namespace metafuse::runtime

@@ -1,0 +1,189 @@
+#include "runtime/kernel_ir.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/cpp/codegen/test_kernels.h"
+
+namespace metafuse::runtime::kir {
+namespace {
+
+using ::metafuse::runtime::testing::AdamKernel;
+using ::metafuse::runtime::testing::AllOpsKernel;
+
+std::string ErrorOf(const absl::StatusOr<Kernel>& k) {
+  EXPECT_FALSE(k.ok());
+  return std::string(k.status().message());
+}
+
+Kernel Axpy(const std::string& name = "axpy", double c = 2.0) {
+  KernelBuilder b(name);
+  int x = b.Input("x", DType::kF32);
+  int y = b.Input("y", DType::kF32, Access::kBroadcast);
+  int a = b.Scalar("a", DType::kF32);
+  // One call per statement: argument evaluation order is unspecified in C++.
+  int ax = b.Mul(a, x);
+  int cst = b.Const(c, DType::kF32);
+  int prod = b.Mul(ax, cst);
+  b.Output("out", b.Add(prod, y));
+  return *b.Build();
+}
+
+TEST(KernelIr, BuilderMixingDtypesNamesTheOpAndDtypes) {
+  KernelBuilder b("k");
+  int x = b.Input("x", DType::kF32);
+  int y = b.Input("y", DType::kF64);
+  b.Output("out", b.Add(x, y));
+  std::string e = ErrorOf(b.Build());
+  EXPECT_HAS(e, "add(%0, %1) mixes dtypes f32 and f64");
+  EXPECT_HAS(e, "insert a cast");
+}
+
+TEST(KernelIr, BuilderUnknownNodeIsAnError) {
+  KernelBuilder b("k");
+  int x = b.Input("x", DType::kF32);
+  b.Output("out", b.Exp(x + 40));
+  EXPECT_HAS(ErrorOf(b.Build()), "exp reads unknown node %40");
+}
+
+TEST(KernelIr, ValidateRejectsCycles) {
+  Kernel k = Axpy();
+  // %3 = mul %2, %0 -> make %2 (mul a, x) read %4 (the add): a cycle.
+  k.nodes[3].args[1] = 5;
+  absl::Status s = Validate(k);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_HAS(s.message(), "is on a cycle");
+  EXPECT_HAS(s.message(), "%3 -> %5");
+}
+
+TEST(KernelIr, ValidateRejectsUnknownInputsAndScalars) {
+  Kernel k = Axpy();
+  k.nodes[0].index = 7;
+  EXPECT_HAS(Validate(k).message(), "node %0 (input) reads unknown input #7; the kernel has 2");
+  k = Axpy();
+  k.nodes[2].index = 3;
+  EXPECT_HAS(Validate(k).message(), "node %2 (scalar) reads unknown scalar #3");
+  k = Axpy();
+  k.outputs[0].node = 99;
+  EXPECT_HAS(Validate(k).message(), "output 'out' reads unknown node %99");
+}
+
+TEST(KernelIr, ValidateRejectsTypeErrors) {
+  Kernel k = Axpy();
+  k.nodes[0].dtype = DType::kF64;  // input x is f32
+  EXPECT_HAS(Validate(k).message(), "has dtype f64 but input 'x' is f32");
+  k = Axpy();
+  k.inputs[0].dtype = DType::kF64;
+  k.nodes[0].dtype = DType::kF64;
+  EXPECT_HAS(Validate(k).message(), "node %3 (mul): argument 1 is %0 of dtype f64; expected f32");
+  KernelBuilder b("sel");
+  int x = b.Input("x", DType::kF32);
+  int d = b.Input("d", DType::kF64);
+  b.Output("out", b.Select(Cmp::kGt, x, d, x, x));
+  EXPECT_HAS(ErrorOf(b.Build()), "(select): argument 1 is %1 of dtype f64; expected f32");
+}
+
+TEST(KernelIr, ValidateRejectsBadShapeOfTheKernel) {
+  Kernel k = Axpy();
+  k.nodes[5].args.push_back(0);
+  EXPECT_HAS(Validate(k).message(), "node %5 (mul) has 3 arguments; expected 2");
+  k = Axpy();
+  k.outputs.clear();
+  EXPECT_HAS(Validate(k).message(), "has no outputs");
+  k = Axpy();
+  k.outputs[0].name = "x";
+  EXPECT_HAS(Validate(k).message(), "output name 'x' is used twice");
+  k = Axpy();
+  k.name = "bad name";
+  EXPECT_HAS(Validate(k).message(), "kernel name 'bad name' must be a C identifier");
+  k = Axpy();
+  k.nodes[4].value = 0.1;  // the f32 constant, not rounded
+  EXPECT_HAS(Validate(k).message(), "not exactly a float32");
+  KernelBuilder b("k");
+  b.Output("out", b.Input("row", DType::kF32, Access::kInner, 0));
+  EXPECT_HAS(ErrorOf(b.Build()), "input 'row' reads [i % inner] with inner = 0; expected inner > 0");
+}
+
+TEST(KernelIr, PrintIsStable) {
+  EXPECT_EQ(Print(Axpy()),
+            "kernel axpy {\n"
+            "  in 0 x: f32 [i]\n"
+            "  in 1 y: f32 [0]\n"
+            "  scalar 0 a: f32\n"
+            "  %0 = input #0 : f32\n"
+            "  %1 = input #1 : f32\n"
+            "  %2 = scalar #0 : f32\n"
+            "  %3 = mul %2, %0 : f32\n"
+            "  %4 = const 2 [0x4000000000000000] : f32\n"
+            "  %5 = mul %3, %4 : f32\n"
+            "  %6 = add %5, %1 : f32\n"
+            "  out 0 out = %6\n"
+            "}\n");
+  EXPECT_EQ(Print(AllOpsKernel(DType::kF64)), Print(AllOpsKernel(DType::kF64)));
+}
+
+TEST(KernelIr, StructuralHashIsStableAndIgnoresNames) {
+  // A golden value: the hash must not change across runs, builds or hosts
+  // (it names cache entries).
+  EXPECT_EQ(StructuralHash(Axpy()), 0xd467d00933019eb4ull) << std::hex << StructuralHash(Axpy());
+  EXPECT_EQ(StructuralHash(Axpy("other_name")), StructuralHash(Axpy()));
+  EXPECT_NE(StructuralHash(Axpy("axpy", 3.0)), StructuralHash(Axpy()));
+  EXPECT_NE(StructuralHash(AdamKernel(DType::kF32)), StructuralHash(AdamKernel(DType::kF64)));
+  Kernel k = Axpy();
+  k.inputs[1].access = Access::kElement;
+  EXPECT_NE(StructuralHash(k), StructuralHash(Axpy()));
+}
+
+TEST(KernelIr, LiveOrderSkipsDeadNodes) {
+  KernelBuilder b("k");
+  int x = b.Input("x", DType::kF32);
+  b.Exp(x);  // dead
+  b.Output("out", b.Neg(x));
+  auto k = b.Build();
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(LiveTopologicalOrder(*k), (std::vector<int>{0, 2}));
+}
+
+TEST(KernelIr, InterpreterComputesAxpyWithBroadcastAndInPlace) {
+  Kernel k = Axpy();
+  std::vector<float> x = {1, 2, 3, 4, 5}, y = {10};
+  ASSERT_TRUE(Interpret(k, 5, {x.data(), y.data()}, {x.data()}, {0.5}).ok());
+  EXPECT_EQ(x, (std::vector<float>{11, 12, 13, 14, 15}));
+  absl::Status s = Interpret(k, 5, {x.data()}, {x.data()}, {0.5});
+  EXPECT_HAS(s.message(), "takes 2 inputs, 1 outputs, 1 scalars; got 1, 1, 1");
+}
+
+TEST(KernelIr, InterpreterAccessPatterns) {
+  KernelBuilder b("k");
+  int row = b.Input("row", DType::kF64, Access::kInner, 3);
+  int col = b.Input("col", DType::kF64, Access::kOuter, 3);
+  b.Output("out", b.Add(row, b.Mul(col, b.Const(10, DType::kF64))));
+  auto k = b.Build();
+  ASSERT_TRUE(k.ok());
+  std::vector<double> r = {1, 2, 3}, c = {0, 1}, out(6);
+  ASSERT_TRUE(Interpret(*k, 6, {r.data(), c.data()}, {out.data()}, {}).ok());
+  EXPECT_EQ(out, (std::vector<double>{1, 2, 3, 11, 12, 13}));
+}
+
+TEST(KernelIr, InterpreterOpSemantics) {
+  KernelBuilder b("k");
+  int x = b.Input("x", DType::kF32);
+  int y = b.Input("y", DType::kF32);
+  b.Output("max", b.Max(x, y));
+  b.Output("relu", b.Relu(x));
+  b.Output("pow", b.Pow(x, 2));
+  auto k = b.Build();
+  ASSERT_TRUE(k.ok());
+  const float nan = std::nanf("");
+  std::vector<float> xs = {nan, 1, -2}, ys = {1, nan, 3}, mx(3), rl(3), pw(3);
+  ASSERT_TRUE(Interpret(*k, 3, {xs.data(), ys.data()}, {mx.data(), rl.data(), pw.data()}, {}).ok());
+  EXPECT_TRUE(std::isnan(mx[0]));  // NaN propagates from either side
+  EXPECT_TRUE(std::isnan(mx[1]));
+  EXPECT_EQ(mx[2], 3);
+  EXPECT_TRUE(std::isnan(rl[0]));
+  EXPECT_EQ(rl[1], 1);
+  EXPECT_EQ(rl[2], 0);
+  EXPECT_EQ(pw[2], 4);
+}
+
+}  // namespace
+}  // namespace metafuse::runtime::kir
