@@ -1,6 +1,7 @@
 #include "compiler/autodiff.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <unordered_map>
 #include <unordered_set>
@@ -310,6 +311,12 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"aten::cos",
        [](Emit& e, Node* n, const Grads& go) -> Grads {
          return {e.neg(e.mul(go[0], e.op("aten::sin", {n->input(0)})))};
+       }},
+      {"aten::erf",  // 2 / sqrt(pi) exp(-x^2)
+       [](Emit& e, Node* n, const Grads& go) -> Grads {
+         Value* x = n->input(0);
+         Value* bell = e.op("aten::exp", {e.neg(e.mul(x, x))});
+         return {e.mul(go[0], e.mul(bell, e.c(M_2_SQRTPI)))};
        }},
       {"aten::abs",
        [](Emit& e, Node* n, const Grads& go) -> Grads {

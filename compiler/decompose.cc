@@ -1,5 +1,6 @@
 #include "compiler/decompose.h"
 
+#include <cmath>
 #include <functional>
 #include <set>
 #include <unordered_map>
@@ -354,6 +355,42 @@ Value* AvgPool2d(Graph& g, Value* x, std::vector<int64_t> kernel, std::vector<in
                  g.insertConstant(std::vector<int64_t>{1, 1}), g.insertConstant(channels)});
 }
 
+// A tensor like x filled with c (no gradient flows to it).
+Value* Filled(Graph& g, Value* x, double c) {
+  return Insert(g, "aten::add", {Insert(g, "aten::zeros_like", {x}), g.insertConstant(c)});
+}
+
+// where(cond, a, b) with every branch finite: the untaken branch gets a
+// zero cotangent, which must not meet an inf (0 * inf = nan).
+Value* Select(Graph& g, const char* cmp, Value* x, Value* y, Value* a, Value* b) {
+  return Insert(g, "aten::where", {Insert(g, cmp, {x, y}), a, b});
+}
+
+// maximum / minimum with eager's tie rule (each operand gets half).
+Value* Extremum(Graph& g, Value* a, Value* b, bool max) {
+  Value* mid = Insert(g, "aten::mul", {Insert(g, "aten::add", {a, b}), g.insertConstant(0.5)});
+  Value* inner = Select(g, max ? "aten::lt" : "aten::gt", a, b, b, mid);
+  return Select(g, max ? "aten::gt" : "aten::lt", a, b, a, inner);
+}
+
+// elu: x scale for x > 0, else alpha scale (exp(x input_scale) - 1); the
+// exponential only sees min(x, 0), so it stays finite.
+Value* Elu(Graph& g, Value* x, double alpha, double scale, double input_scale) {
+  Value* zero = Filled(g, x, 0.0);
+  Value* negative_part = Select(g, "aten::gt", x, zero, zero, x);
+  Value* e = Insert(g, "aten::exp", {Insert(g, "aten::mul", {negative_part, g.insertConstant(input_scale)})});
+  Value* neg_branch = Insert(g, "aten::mul", {Insert(g, "aten::sub", {e, g.insertConstant(1.0)}),
+                                              g.insertConstant(alpha * scale)});
+  return Select(g, "aten::gt", x, zero, Insert(g, "aten::mul", {x, g.insertConstant(scale)}),
+                neg_branch);
+}
+
+c10::optional<double> ScalarArg(Value* v) {
+  auto iv = ConstantOf(v);
+  if (!iv || !(iv->isDouble() || iv->isInt())) return c10::nullopt;
+  return iv->toScalar().toDouble();
+}
+
 // Each rewrite returns the replacement value or nullptr when the node's
 // arguments are outside what the rewrite supports.
 using Rewrite = std::function<Value*(Graph&, Node*)>;
@@ -563,6 +600,88 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          }
          return AvgPool2d(g, n->input(0), kernel, kernel, {0, 0}, false, true, c10::nullopt);
        }},
+      {"aten::leaky_relu",  // the slope at 0, as eager
+       [](Graph& g, Node* n) -> Value* {
+         auto slope = ScalarArg(n->input(1));
+         if (!slope) return Reject("a constant negative_slope expected");
+         Value* x = n->input(0);
+         return Select(g, "aten::gt", x, Filled(g, x, 0.0), x,
+                       Insert(g, "aten::mul", {x, g.insertConstant(*slope)}));
+       }},
+      {"aten::elu",
+       [](Graph& g, Node* n) -> Value* {
+         auto alpha = ScalarArg(n->input(1)), scale = ScalarArg(n->input(2)),
+              input_scale = ScalarArg(n->input(3));
+         if (!alpha || !scale || !input_scale) return Reject("constant alpha/scale expected");
+         return Elu(g, n->input(0), *alpha, *scale, *input_scale);
+       }},
+      {"aten::selu",
+       [](Graph& g, Node* n) -> Value* {
+         return Elu(g, n->input(0), 1.6732632423543772848170429916717,
+                    1.0507009873554804934193349852946, 1.0);
+       }},
+      {"aten::silu",
+       [](Graph& g, Node* n) -> Value* {
+         return Insert(g, "aten::mul", {n->input(0), Insert(g, "aten::sigmoid", {n->input(0)})});
+       }},
+      {"aten::mish",  // x tanh(softplus(x))
+       [](Graph& g, Node* n) -> Value* {
+         const int64_t rank = TensorRank(n->input(0));
+         if (rank < 0) return Reject("an input of known rank expected");
+         Value* soft = Softplus(g, n->input(0), rank);
+         return Insert(g, "aten::mul", {n->input(0), Insert(g, "aten::tanh", {soft})});
+       }},
+      {"aten::gelu",
+       [](Graph& g, Node* n) -> Value* {
+         auto approximate = ConstantOf(n->input(1));
+         if (!approximate || !approximate->isString()) return Reject("a constant `approximate`");
+         Value* x = n->input(0);
+         Value* inner;
+         if (approximate->toStringRef() == "none") {  // 1 + erf(x / sqrt 2)
+           inner = Insert(g, "aten::erf", {Insert(g, "aten::mul", {x, g.insertConstant(M_SQRT1_2)})});
+         } else if (approximate->toStringRef() == "tanh") {
+           // 1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))
+           Value* cube = Insert(g, "aten::mul", {Insert(g, "aten::mul", {x, x}), x});
+           Value* arg = Insert(g, "aten::add", {x, Insert(g, "aten::mul", {cube, g.insertConstant(0.044715)})});
+           inner = Insert(g, "aten::tanh",
+                          {Insert(g, "aten::mul", {arg, g.insertConstant(M_2_SQRTPI * M_SQRT1_2)})});
+         } else {
+           return Reject("approximate='none' or 'tanh' expected");
+         }
+         Value* half_x = Insert(g, "aten::mul", {x, g.insertConstant(0.5)});
+         return Insert(g, "aten::mul", {half_x, Insert(g, "aten::add", {inner, g.insertConstant(1.0)})});
+       }},
+      {"aten::hardtanh",  // zero gradient at the bounds, as eager
+       [](Graph& g, Node* n) -> Value* {
+         auto lo = ScalarArg(n->input(1)), hi = ScalarArg(n->input(2));
+         if (!lo || !hi) return Reject("constant min_val/max_val expected");
+         Value* x = n->input(0);
+         Value* upper = Select(g, "aten::ge", x, Filled(g, x, *hi), Filled(g, x, *hi), x);
+         return Select(g, "aten::le", x, Filled(g, x, *lo), Filled(g, x, *lo), upper);
+       }},
+      {"aten::clamp",  // scalar bounds; gradient 1 at the bounds, as eager
+       [](Graph& g, Node* n) -> Value* {
+         if (n->input(1)->type()->kind() == c10::TypeKind::TensorType ||
+             n->input(2)->type()->kind() == c10::TypeKind::TensorType) {
+           return Reject("scalar bounds expected");
+         }
+         Value* out = n->input(0);
+         if (!IsNone(n->input(2))) {
+           auto hi = ScalarArg(n->input(2));
+           if (!hi) return Reject("constant bounds expected");
+           out = Select(g, "aten::gt", out, Filled(g, out, *hi), Filled(g, out, *hi), out);
+         }
+         if (!IsNone(n->input(1))) {
+           auto lo = ScalarArg(n->input(1));
+           if (!lo) return Reject("constant bounds expected");
+           out = Select(g, "aten::lt", n->input(0), Filled(g, out, *lo), Filled(g, out, *lo), out);
+         }
+         return out;
+       }},
+      {"aten::maximum",
+       [](Graph& g, Node* n) -> Value* { return Extremum(g, n->input(0), n->input(1), true); }},
+      {"aten::minimum",
+       [](Graph& g, Node* n) -> Value* { return Extremum(g, n->input(0), n->input(1), false); }},
       {"aten::max_pool2d", [](Graph& g, Node* n) -> Value* { return MaxPool2d(g, n); }},
       {"aten::batch_norm", [](Graph& g, Node* n) -> Value* { return BatchNorm(g, n); }},
       {"aten::softplus",  // (x, beta, threshold): x where beta x > threshold
@@ -589,14 +708,20 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          Value* neg = Insert(g, "aten::neg", {n->input(0)});
          return Insert(g, "aten::neg", {Softplus(g, neg, rank)});
        }},
-      {"aten::max",  // max(x): every element
+      {"aten::max",  // max(x): every element; max(a, b): maximum
        [](Graph& g, Node* n) -> Value* {
+         if (n->inputs().size() == 2 && n->input(1)->type()->kind() == c10::TypeKind::TensorType) {
+           return Extremum(g, n->input(0), n->input(1), true);
+         }
          if (n->inputs().size() != 1) return nullptr;
          return Insert(g, "aten::amax", {n->input(0), g.insertConstant(std::vector<int64_t>{}),
                                          g.insertConstant(false)});
        }},
       {"aten::min",  // min(x) = -amax(-x): every element, ties shared as eager
        [](Graph& g, Node* n) -> Value* {
+         if (n->inputs().size() == 2 && n->input(1)->type()->kind() == c10::TypeKind::TensorType) {
+           return Extremum(g, n->input(0), n->input(1), false);
+         }
          if (n->inputs().size() != 1) return nullptr;
          Value* negated = Insert(g, "aten::neg", {n->input(0)});
          return Insert(g, "aten::neg",

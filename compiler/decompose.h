@@ -57,6 +57,18 @@
 //                             piece at its offset along d (static sizes)
 //   stack(list, d)         -> cat of unsqueeze(piece_k, d)
 //   rsqrt(x)               -> ones_like(x) / sqrt(x)
+//   activations (the untaken where-branch is always finite; kinks take
+//   eager's one-sided derivative):
+//     leaky_relu           -> where(x > 0, x, slope x)
+//     elu / selu           -> where(x > 0, scale x,
+//                                   alpha scale (exp(min(x, 0) s_in) - 1))
+//     silu                 -> x sigmoid(x)
+//     mish                 -> x tanh(softplus(x))
+//     gelu                 -> x/2 (1 + erf(x / sqrt 2)), or the tanh form
+//     hardtanh(x, lo, hi)  -> where(x <= lo, lo, where(x >= hi, hi, x))
+//     clamp(x, lo, hi)     -> where(x < lo, lo, where(x > hi, hi, x))
+//     maximum / minimum / max(a, b) / min(a, b)
+//                          -> where(a > b, a, where(a < b, b, (a + b) / 2))
 // Returns the names of the ops it could neither keep nor rewrite (empty when
 // the whole graph is in the primitive set), each followed by what was
 // expected when a rewrite declined, e.g.

@@ -45,7 +45,7 @@ bool IsPrimitive(const Node* node) {
       "aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div",
       "aten::neg", "aten::exp", "aten::log", "aten::tanh", "aten::sigmoid",
       "aten::relu", "aten::sqrt", "aten::pow", "aten::sin", "aten::cos",
-      "aten::abs", "aten::where", "aten::gt", "aten::lt", "aten::ge",
+      "aten::abs", "aten::erf", "aten::where", "aten::gt", "aten::lt", "aten::ge",
       "aten::le", "aten::eq", "aten::type_as", "aten::zeros_like",
       "aten::ones_like", "aten::clone", "aten::contiguous",
       // reductions

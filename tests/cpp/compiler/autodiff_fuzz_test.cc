@@ -71,9 +71,15 @@ class Builder {
   // Inserts `op(args)` (schema matched), evaluates it eagerly with autograd
   // and records the result. Returns nullptr when eager rejects the call
   // (the generator then tries something else).
-  Value* Emit(const char* op, const std::vector<torch::jit::NamedValue>& named,
+  Value* Emit(const char* op, const std::vector<torch::jit::NamedValue>& args,
              bool keep = true) {
-    Value* out = graph_->insert(Symbol::fromQualString(op), named);
+    return EmitKw(op, args, {}, keep);
+  }
+
+  // With keyword arguments (alpha=, approximate=).
+  Value* EmitKw(const char* op, const std::vector<torch::jit::NamedValue>& args,
+                const std::vector<torch::jit::NamedValue>& kwargs, bool keep = true) {
+    Value* out = graph_->insert(Symbol::fromQualString(op), args, kwargs);
     torch::jit::Node* node = out->node();
     // Schema matching may have converted an argument (a 0-dim tensor to
     // a Scalar, say): not what was asked for; drop the call.
@@ -223,7 +229,7 @@ bool RandomOp(Builder& b) {
   const std::vector<int64_t> xs = b.Sizes(x);
   const int64_t rank = static_cast<int64_t>(xs.size());
   auto scalar = [&](double lo, double hi) { return b.Const(b.Real(lo, hi)); };
-  switch (b.Int(0, 46)) {
+  switch (b.Int(0, 47)) {
     // ---- elementwise unary
     case 0: return b.Emit("aten::neg", {x});
     case 1: return b.Emit("aten::exp", {b.Emit("aten::tanh", {x}, false)});
@@ -249,11 +255,11 @@ bool RandomOp(Builder& b) {
       Value* y = b.Pick();
       if (!Broadcastable(xs, b.Sizes(y))) return false;
       switch (b.Int(0, 6)) {
-        case 0: return b.Emit("aten::add", {x, y, Alpha(b.Const(b.Coin() ? 1.0 : 0.5))});
-        case 1: return b.Emit("aten::sub", {x, y, Alpha(b.Const(b.Coin() ? 1.0 : -2.0))});
+        case 0: return b.EmitKw("aten::add", {x, y}, {Alpha(b.Const(b.Coin() ? 1.0 : 0.5))});
+        case 1: return b.EmitKw("aten::sub", {x, y}, {Alpha(b.Const(b.Coin() ? 1.0 : -2.0))});
         case 2: return b.Emit("aten::mul", {x, y});
         case 3: return b.Emit("aten::div", {x, Positive(b, y, 0.5)});
-        case 4: return b.Emit("aten::rsub", {x, y, Alpha(b.Const(b.Coin() ? 1.0 : 3.0))});
+        case 4: return b.EmitKw("aten::rsub", {x, y}, {Alpha(b.Const(b.Coin() ? 1.0 : 3.0))});
         case 5: return b.Emit("aten::where", {b.Emit("aten::gt", {x, y}, false), x, y});
         default: return b.Emit("aten::where", {b.Emit("aten::lt", {x, b.Const(0.0)}, false),
                                                b.Emit("aten::mul", {x, b.Const(0.1)}, false), y});
@@ -436,6 +442,29 @@ bool RandomOp(Builder& b) {
       if (b.Coin()) std::reverse(items.begin(), items.end());
       return b.Emit(stack ? "aten::stack" : "aten::cat", {b.List(items), b.Const(dim)});
     }
+    case 46: {  // activations that decompose, at their kinks too
+      Value* in = b.Coin(0.3) ? b.Emit("aten::relu", {x}, false) : x;  // exact zeros
+      switch (b.Int(0, 10)) {
+        case 0: return b.Emit("aten::leaky_relu", {in, b.Const(0.1)});
+        case 1: return b.Emit("aten::elu", {in, b.Const(1.3), b.Const(1.0), b.Const(0.7)});
+        case 2: return b.Emit("aten::selu", {in});
+        case 3: return b.Emit("aten::silu", {in});
+        case 4: return b.Emit("aten::mish", {in});
+        case 5: {
+          torch::jit::NamedValue approximate("approximate", b.Const(b.Coin() ? "none" : "tanh"));
+          return b.EmitKw("aten::gelu", {in}, {approximate});
+        }
+        case 6: return b.Emit("aten::hardtanh", {in, b.Const(0.0), b.Const(0.5)});
+        case 7: return b.Emit("aten::clamp", {in, b.Const(0.0), b.Coin() ? b.Const(0.5) : b.Const(c10::IValue())});
+        case 8: return b.Emit("aten::erf", {in});
+        default: {
+          Value* y = b.Coin() ? in : b.Pick();
+          if (!Broadcastable(xs, b.Sizes(y))) return false;
+          Value* other = b.Coin() ? b.Emit("aten::relu", {y}, false) : y;  // ties
+          return b.Emit(b.Coin() ? "aten::maximum" : "aten::minimum", {x, other});
+        }
+      }
+    }
     case 45: {  // max.dim / min.dim values (indices are not differentiable)
       if (rank == 0) return false;
       return b.EmitFirstOf(b.Coin() ? "aten::max" : "aten::min",
@@ -535,7 +564,8 @@ at::Tensor OrZeros(const at::Tensor& t, const at::Tensor& like) {
 
 struct FuzzStats {
   int programs = 0, skipped = 0, failed = 0;
-  std::map<std::string, int> ops;
+  std::map<std::string, int> ops;         // after decomposition
+  std::map<std::string, int> source_ops;  // as generated
 };
 
 // Builds one program with `make`, then checks values, first and second
@@ -556,6 +586,7 @@ bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make, Fuzz
     os << "seed " << seed << "\nops:\n" << b.trace();
     context = os.str();
   }
+  for (torch::jit::Node* node : graph->nodes()) ++stats.source_ops[node->kind().toQualString()];
   auto unsupported = DecomposeToPrimitives(graph);
   EXPECT_TRUE(unsupported.empty()) << context << "undecomposed: " << unsupported[0];
   if (!unsupported.empty()) return false;
@@ -717,12 +748,29 @@ TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
   for (int i = 0; i < kElementwisePrograms && stats.failed < 3; ++i) {
     CheckProgram(1000 + i, RandomElementwiseProgram, stats);
   }
-  std::ostringstream summary;
-  for (const auto& [op, count] : stats.ops) summary << op << ":" << count << " ";
+  std::ostringstream generated, primitive;
+  for (const auto& [op, count] : stats.source_ops) generated << op << ":" << count << " ";
+  for (const auto& [op, count] : stats.ops) primitive << op << ":" << count << " ";
   std::cout << "fuzzed " << stats.programs << " programs (" << stats.skipped
-            << " skipped), ops after decomposition: " << summary.str() << "\n";
+            << " skipped)\ngenerated ops: " << generated.str()
+            << "\nops after decomposition: " << primitive.str() << "\n";
   EXPECT_EQ(stats.failed, 0);
   EXPECT_GE(stats.programs, kElementwisePrograms * 9 / 10);
+  // Every kind of op the generator knows was generated (none silently
+  // dropped by schema matching or by eager).
+  for (const char* op :
+       {"aten::add", "aten::sub", "aten::rsub", "aten::div", "aten::where", "aten::sum",
+        "aten::mean", "aten::logsumexp", "aten::amax", "aten::reshape", "aten::view",
+        "aten::transpose", "aten::permute", "aten::t", "aten::unsqueeze", "aten::squeeze",
+        "aten::expand", "aten::sum_to_size", "aten::flatten", "aten::constant_pad_nd",
+        "aten::mm", "aten::gather", "aten::scatter_add", "aten::log_softmax", "aten::softmax",
+        "aten::softplus", "aten::log_sigmoid", "aten::mse_loss", "aten::square",
+        "aten::batch_norm", "aten::layer_norm", "aten::max", "aten::min", "aten::rsqrt",
+        "aten::cat", "aten::stack", "aten::leaky_relu", "aten::elu", "aten::selu",
+        "aten::silu", "aten::mish", "aten::gelu", "aten::hardtanh", "aten::clamp",
+        "aten::erf", "aten::maximum", "aten::minimum", "aten::pow", "aten::sqrt", "aten::log"}) {
+    EXPECT_GT(stats.source_ops[op], 0) << op << " was never generated";
+  }
 }
 
 TEST(AutodiffFuzz, RandomConvolutionProgramsMatchAutogradToSecondOrder) {
@@ -730,8 +778,14 @@ TEST(AutodiffFuzz, RandomConvolutionProgramsMatchAutogradToSecondOrder) {
   for (int i = 0; i < kConvPrograms && stats.failed < 3; ++i) {
     CheckProgram(5000 + i, RandomConvProgram, stats);
   }
+  std::ostringstream generated;
+  for (const auto& [op, count] : stats.source_ops) generated << op << ":" << count << " ";
   std::cout << "fuzzed " << stats.programs << " convolution programs (" << stats.skipped
-            << " skipped)\n";
+            << " skipped)\ngenerated ops: " << generated.str() << "\n";
+  for (const char* op : {"aten::conv2d", "aten::conv_transpose2d", "aten::max_pool2d",
+                         "aten::avg_pool2d", "aten::adaptive_avg_pool2d"}) {
+    EXPECT_GT(stats.source_ops[op], 0) << op << " was never generated";
+  }
   EXPECT_EQ(stats.failed, 0);
   EXPECT_GE(stats.programs, kConvPrograms / 2);
 }
