@@ -565,8 +565,22 @@ bool IsNonDifferentiable(const Node* n) {
       "prim::Constant", "prim::ListConstruct", "prim::NumToTensor",
       "aten::argmax", "aten::argmin"};
   if (kOps.count(OpName(n)) > 0) return true;
+  // Scalars and lists of scalars only (sizes, flags): a tuple or list that
+  // may hold tensors is not waved through (it has no rule: UnsupportedOp).
+  auto scalar = [](const c10::TypePtr& t) {
+    switch (t->kind()) {
+      case c10::TypeKind::IntType: case c10::TypeKind::FloatType:
+      case c10::TypeKind::BoolType: case c10::TypeKind::NoneType:
+      case c10::TypeKind::StringType: case c10::TypeKind::DeviceObjType:
+        return true;
+      default:
+        return false;
+    }
+  };
   for (const Value* out : n->outputs()) {
-    if (CarriesTensor(out)) return false;
+    const auto& type = out->type();
+    auto list = type->cast<c10::ListType>();
+    if (!scalar(type) && !(list && scalar(list->getElementType()))) return false;
   }
   return true;
 }

@@ -17,6 +17,7 @@ namespace metafuse::compiler {
 namespace {
 
 using TensorList = std::vector<at::Tensor>;
+using torch::jit::Value;
 namespace F = torch::nn::functional;
 
 using testing::EagerUnroll;
@@ -427,6 +428,30 @@ graph(%x : Double(6, 3), %nbt : Long()):
   unsupported = DecomposeToPrimitives(read);
   ASSERT_EQ(unsupported.size(), 1u);
   EXPECT_EQ(unsupported[0], "aten::add_");
+}
+
+// A tuple of tensors on a differentiated path has no rule: AppendVjp names
+// it instead of treating it like a size computation (no gradient).
+TEST(AutodiffRules, TupleOnDifferentiatedPathIsUnsupported) {
+  auto graph = std::make_shared<torch::jit::Graph>();
+  torch::jit::parseIR(R"IR(
+graph(%x : Tensor):
+  %t : (Tensor, Tensor) = prim::TupleConstruct(%x, %x)
+  %a : Tensor, %b : Tensor = prim::TupleUnpack(%t)
+  %y : Tensor = aten::mul(%a, %b)
+  return (%y)
+)IR",
+                      graph.get());
+  Value* x = graph->inputs()[0];
+  Value* y = graph->outputs()[0];
+  torch::jit::WithInsertPoint guard(graph->return_node());
+  Value* seed = graph->insert(torch::jit::Symbol::fromQualString("aten::ones_like"), {y});
+  try {
+    AppendVjp(*graph, {y}, {seed}, {x});
+    FAIL() << "expected UnsupportedOp";
+  } catch (const UnsupportedOp& e) {
+    EXPECT_NE(std::string(e.what()).find("prim::Tuple"), std::string::npos) << e.what();
+  }
 }
 
 // Decomposing `ir` leaves exactly one op, reported as "<op> (<why>)".
