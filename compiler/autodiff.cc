@@ -327,10 +327,16 @@ const std::unordered_map<std::string, Rule>& Rules() {
        }},
       {"aten::where",
        [](Emit& e, Node* n, const Grads& go) -> Grads {
+         // (where.Scalar* overloads: a scalar branch gets no gradient.)
          Value* zeros = e.zeros_like(go[0]);
-         return {nullptr,
-                 e.sum_to(e.op("aten::where", {n->input(0), go[0], zeros}), n->input(1)),
-                 e.sum_to(e.op("aten::where", {n->input(0), zeros, go[0]}), n->input(2))};
+         Grads r(3, nullptr);
+         if (IsTensor(n->input(1))) {
+           r[1] = e.sum_to(e.op("aten::where", {n->input(0), go[0], zeros}), n->input(1));
+         }
+         if (IsTensor(n->input(2))) {
+           r[2] = e.sum_to(e.op("aten::where", {n->input(0), zeros, go[0]}), n->input(2));
+         }
+         return r;
        }},
       {"aten::type_as",
        [](Emit& e, Node* n, const Grads& go) -> Grads {
@@ -656,7 +662,13 @@ std::vector<Value*> AppendVjp(Graph& graph, const std::vector<Value*>& outputs,
       auto rule = Rules().find(name);
       if (rule == Rules().end()) throw UnsupportedOp(name);
       if (node->outputs().size() != 1 && !HasMultiOutputRule(name)) throw UnsupportedOp(name);
-      input_grads = rule->second(e, node, grad_outputs);
+      try {
+        input_grads = rule->second(e, node, grad_outputs);
+      } catch (const c10::Error& error) {
+        // An argument form the rule does not handle (its emitted call did
+        // not match a schema): a named UnsupportedOp, so callers fall back.
+        throw UnsupportedOp(name + " (" + error.what_without_backtrace() + ")");
+      }
     }
     for (size_t i = 0; i < input_grads.size() && i < node->inputs().size(); ++i) {
       if (input_grads[i] != nullptr && active.count(node->input(i)) &&

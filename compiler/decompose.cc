@@ -766,7 +766,11 @@ std::vector<std::string> DecomposeToPrimitives(const std::shared_ptr<Graph>& gra
       std::vector<Value*> outs;
       if (multi != MultiRewrites().end()) {
         WithInsertPoint guard(node);
-        outs = multi->second(*graph, node);
+        try {
+          outs = multi->second(*graph, node);
+        } catch (const c10::Error&) {
+          outs.clear();
+        }
       }
       if (outs.size() != node->outputs().size()) {
         unsupported.insert(name);
@@ -784,7 +788,11 @@ std::vector<std::string> DecomposeToPrimitives(const std::shared_ptr<Graph>& gra
     last_rejection.clear();
     if (it != Rewrites().end() && node->outputs().size() == 1) {
       WithInsertPoint guard(node);
-      replacement = it->second(*graph, node);
+      try {
+        replacement = it->second(*graph, node);
+      } catch (const c10::Error& error) {  // an argument form it cannot write
+        replacement = Reject(error.what_without_backtrace());
+      }
     }
     if (replacement == nullptr) {
       unsupported.insert(last_rejection.empty() ? name : name + " (" + last_rejection + ")");

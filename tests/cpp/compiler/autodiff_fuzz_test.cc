@@ -261,8 +261,13 @@ bool RandomOp(Builder& b) {
         case 3: return b.Emit("aten::div", {x, Positive(b, y, 0.5)});
         case 4: return b.EmitKw("aten::rsub", {x, y}, {Alpha(b.Const(b.Coin() ? 1.0 : 3.0))});
         case 5: return b.Emit("aten::where", {b.Emit("aten::gt", {x, y}, false), x, y});
-        default: return b.Emit("aten::where", {b.Emit("aten::lt", {x, b.Const(0.0)}, false),
-                                               b.Emit("aten::mul", {x, b.Const(0.1)}, false), y});
+        default:
+          if (b.Coin(0.3)) {  // where.ScalarOther
+            return b.Emit("aten::where", {b.Emit("aten::lt", {x, b.Const(0.0)}, false), x,
+                                          b.Const(0.25)});
+          }
+          return b.Emit("aten::where", {b.Emit("aten::lt", {x, b.Const(0.0)}, false),
+                                        b.Emit("aten::mul", {x, b.Const(0.1)}, false), y});
       }
     }
     // ---- reductions
