@@ -20,7 +20,9 @@ using torch::jit::Symbol;
 using torch::jit::Value;
 using torch::jit::WithInsertPoint;
 
-c10::optional<c10::IValue> ConstantOf(Value* v) { return torch::jit::toIValue(v); }
+c10::optional<c10::IValue> ConstantOf(Value* v) {
+  return torch::jit::toIValue(v);
+}
 
 // Why the last rewrite declined (appended to the op's name in the report).
 thread_local std::string last_rejection;
@@ -37,7 +39,8 @@ int64_t TensorRank(Value* v) {
   return dim ? static_cast<int64_t>(*dim) : -1;
 }
 
-Value* Insert(Graph& g, const char* op, std::vector<torch::jit::NamedValue> args) {
+Value* Insert(Graph& g, const char* op,
+              std::vector<torch::jit::NamedValue> args) {
   return g.insert(Symbol::fromQualString(op), args);
 }
 
@@ -66,30 +69,36 @@ c10::optional<std::vector<int64_t>> IntList(Value* v) {
 // output_padding, groups, ...): 2-D, batched (NCHW) only.
 // conv1d as conv2d over a height-1 image: x [N, C, L] -> [N, C, 1, L],
 // w [O, C/g, k] -> [O, C/g, 1, k], parameters (1, s), (0, p), (1, d).
-Value* Conv1dAs2d(Graph& g, Value* x, Value* w, Value* b, Value* stride, Value* padding,
-                  Value* dilation, Value* groups) {
+Value* Conv1dAs2d(Graph& g, Value* x, Value* w, Value* b, Value* stride,
+                  Value* padding, Value* dilation, Value* groups) {
   auto s = IntList(stride), p = IntList(padding), d = IntList(dilation);
-  if (TensorRank(x) != 3 || !s || !p || !d || s->size() != 1 || p->size() != 1 ||
-      d->size() != 1) {
-    return Reject("a batched [N, C, L] input and constant one-element stride/padding/dilation "
-                  "expected");
+  if (TensorRank(x) != 3 || !s || !p || !d || s->size() != 1 ||
+      p->size() != 1 || d->size() != 1) {
+    return Reject(
+        "a batched [N, C, L] input and constant one-element "
+        "stride/padding/dilation "
+        "expected");
   }
   Value* x2 = Insert(g, "aten::unsqueeze", {x, g.insertConstant(2)});
   Value* w2 = Insert(g, "aten::unsqueeze", {w, g.insertConstant(2)});
-  Value* y = Insert(g, "aten::conv2d",
-                    {x2, w2, b, g.insertConstant(std::vector<int64_t>{1, (*s)[0]}),
-                     g.insertConstant(std::vector<int64_t>{0, (*p)[0]}),
-                     g.insertConstant(std::vector<int64_t>{1, (*d)[0]}), groups});
+  Value* y =
+      Insert(g, "aten::conv2d",
+             {x2, w2, b, g.insertConstant(std::vector<int64_t>{1, (*s)[0]}),
+              g.insertConstant(std::vector<int64_t>{0, (*p)[0]}),
+              g.insertConstant(std::vector<int64_t>{1, (*d)[0]}), groups});
   return Insert(g, "aten::squeeze", {y, g.insertConstant(2)});
 }
 
 // conv2d on an unbatched [C, H, W] input: a batch of one.
-Value* Conv2dMaybeUnbatched(Graph& g, Value* x, Value* w, Value* b, Value* stride,
-                            Value* padding, Value* dilation, Value* groups) {
+Value* Conv2dMaybeUnbatched(Graph& g, Value* x, Value* w, Value* b,
+                            Value* stride, Value* padding, Value* dilation,
+                            Value* groups) {
   const int64_t rank = TensorRank(x);
-  if (rank != 3 && rank != 4) return Reject("a [C, H, W] or [N, C, H, W] input expected");
+  if (rank != 3 && rank != 4)
+    return Reject("a [C, H, W] or [N, C, H, W] input expected");
   if (rank == 3) x = Insert(g, "aten::unsqueeze", {x, g.insertConstant(0)});
-  Value* y = Insert(g, "aten::conv2d", {x, w, b, stride, padding, dilation, groups});
+  Value* y =
+      Insert(g, "aten::conv2d", {x, w, b, stride, padding, dilation, groups});
   return rank == 3 ? Insert(g, "aten::squeeze", {y, g.insertConstant(0)}) : y;
 }
 
@@ -106,28 +115,37 @@ Value* Convolution(Graph& g, Node* n) {
   }
   Value *x = n->input(0), *w = n->input(1), *b = n->input(2);
   if (rank == 3 && !transposed->toBool()) {
-    return Conv1dAs2d(g, x, w, b, n->input(3), n->input(4), n->input(5), n->input(8));
+    return Conv1dAs2d(g, x, w, b, n->input(3), n->input(4), n->input(5),
+                      n->input(8));
   }
   if (rank != 4) {
-    return Reject("a batched 2-D [N, C, H, W] (or non-transposed 1-D [N, C, L]) input expected");
+    return Reject(
+        "a batched 2-D [N, C, H, W] (or non-transposed 1-D [N, C, L]) input "
+        "expected");
   }
   if (!transposed->toBool()) {
-    return Insert(g, "aten::conv2d",
-                  {x, w, b, n->input(3), n->input(4), n->input(5), n->input(8)});
+    return Insert(
+        g, "aten::conv2d",
+        {x, w, b, n->input(3), n->input(4), n->input(5), n->input(8)});
   }
   return Insert(g, "aten::conv_transpose2d",
-                {x, w, b, n->input(3), n->input(4), n->input(7), n->input(8), n->input(5)});
+                {x, w, b, n->input(3), n->input(4), n->input(7), n->input(8),
+                 n->input(5)});
 }
 
 // Normalizes x over `dims` with the batch mean and biased variance:
 // (x - mean) / sqrt(mean((x - mean)^2) + eps).
-Value* NormalizeOver(Graph& g, Value* x, const std::vector<int64_t>& dims, double eps) {
+Value* NormalizeOver(Graph& g, Value* x, const std::vector<int64_t>& dims,
+                     double eps) {
   Value* dims_value = g.insertConstant(dims);
-  Value* mean = Insert(g, "aten::mean", {x, dims_value, g.insertConstant(true)});
+  Value* mean =
+      Insert(g, "aten::mean", {x, dims_value, g.insertConstant(true)});
   Value* centered = Insert(g, "aten::sub", {x, mean});
-  Value* var = Insert(g, "aten::mean", {Insert(g, "aten::mul", {centered, centered}), dims_value,
-                                        g.insertConstant(true)});
-  Value* std = Insert(g, "aten::sqrt", {Insert(g, "aten::add", {var, g.insertConstant(eps)})});
+  Value* var = Insert(g, "aten::mean",
+                      {Insert(g, "aten::mul", {centered, centered}), dims_value,
+                       g.insertConstant(true)});
+  Value* std = Insert(g, "aten::sqrt",
+                      {Insert(g, "aten::add", {var, g.insertConstant(eps)})});
   return Insert(g, "aten::div", {centered, std});
 }
 
@@ -139,10 +157,12 @@ Value* LayerNorm(Graph& g, Node* n) {
   auto eps = ConstantOf(n->input(4));
   if (rank < 1 || !shape || !eps || shape->empty() ||
       static_cast<int64_t>(shape->size()) > rank) {
-    return Reject("an input of known rank, a constant normalized_shape and eps expected");
+    return Reject(
+        "an input of known rank, a constant normalized_shape and eps expected");
   }
   std::vector<int64_t> dims;
-  for (int64_t d = rank - static_cast<int64_t>(shape->size()); d < rank; ++d) dims.push_back(d);
+  for (int64_t d = rank - static_cast<int64_t>(shape->size()); d < rank; ++d)
+    dims.push_back(d);
   Value* out = NormalizeOver(g, n->input(0), dims, eps->toDouble());
   if (!IsNone(n->input(2))) out = Insert(g, "aten::mul", {out, n->input(2)});
   if (!IsNone(n->input(3))) out = Insert(g, "aten::add", {out, n->input(3)});
@@ -156,12 +176,15 @@ Value* Softplus(Graph& g, Value* x, int64_t rank) {
   std::vector<int64_t> shape(static_cast<size_t>(rank) + 1, 1);
   shape[0] = 2;
   at::Tensor selector =
-      torch::tensor({0.0, 1.0}, at::TensorOptions().dtype(at::kDouble)).reshape(shape);
+      torch::tensor({0.0, 1.0}, at::TensorOptions().dtype(at::kDouble))
+          .reshape(shape);
   Value* weights = Insert(g, "aten::type_as", {g.insertConstant(selector), x});
-  Value* stacked = Insert(g, "aten::mul", {Insert(g, "aten::unsqueeze", {x, g.insertConstant(0)}),
-                                           weights});
+  Value* stacked =
+      Insert(g, "aten::mul",
+             {Insert(g, "aten::unsqueeze", {x, g.insertConstant(0)}), weights});
   return Insert(g, "aten::logsumexp",
-                {stacked, g.insertConstant(std::vector<int64_t>{0}), g.insertConstant(false)});
+                {stacked, g.insertConstant(std::vector<int64_t>{0}),
+                 g.insertConstant(false)});
 }
 
 // batch_norm(x, weight, bias, running_mean, running_var, training, momentum,
@@ -175,16 +198,21 @@ Value* BatchNorm(Graph& g, Node* n) {
   auto training = ConstantOf(n->input(5));
   auto eps = ConstantOf(n->input(7));
   if (rank < 2 || !training || !eps) {
-    return Reject("an input of known rank >= 2 and constant `training` and `eps` expected");
+    return Reject(
+        "an input of known rank >= 2 and constant `training` and `eps` "
+        "expected");
   }
   Value *x = n->input(0), *weight = n->input(1), *bias = n->input(2),
         *running_mean = n->input(3), *running_var = n->input(4);
-  const bool batch_stats = training->toBool() || IsNone(running_mean) || IsNone(running_var);
+  const bool batch_stats =
+      training->toBool() || IsNone(running_mean) || IsNone(running_var);
   if (training->toBool() && (!IsNone(running_mean) || !IsNone(running_var))) {
     TORCH_WARN(
-        "metafuse compiler: aten::batch_norm in training mode normalizes with batch "
+        "metafuse compiler: aten::batch_norm in training mode normalizes with "
+        "batch "
         "statistics exactly as eager, but the compiled program does not update "
-        "running_mean/running_var (nor num_batches_tracked); update them outside the "
+        "running_mean/running_var (nor num_batches_tracked); update them "
+        "outside the "
         "compiled call, or use track_running_stats=False, if you need them.");
   }
   std::vector<int64_t> dims = {0}, channel_shape(rank, 1);
@@ -195,18 +223,21 @@ Value* BatchNorm(Graph& g, Node* n) {
   if (batch_stats) {
     out = NormalizeOver(g, x, dims, eps->toDouble());
   } else {
-    Value* centered =
-        Insert(g, "aten::sub", {x, Insert(g, "aten::reshape", {running_mean, shape})});
+    Value* centered = Insert(
+        g, "aten::sub", {x, Insert(g, "aten::reshape", {running_mean, shape})});
     Value* var = Insert(g, "aten::reshape", {running_var, shape});
-    Value* std =
-        Insert(g, "aten::sqrt", {Insert(g, "aten::add", {var, g.insertConstant(eps->toDouble())})});
+    Value* std = Insert(
+        g, "aten::sqrt",
+        {Insert(g, "aten::add", {var, g.insertConstant(eps->toDouble())})});
     out = Insert(g, "aten::div", {centered, std});
   }
   if (!IsNone(weight)) {
-    out = Insert(g, "aten::mul", {out, Insert(g, "aten::reshape", {weight, shape})});
+    out = Insert(g, "aten::mul",
+                 {out, Insert(g, "aten::reshape", {weight, shape})});
   }
   if (!IsNone(bias)) {
-    out = Insert(g, "aten::add", {out, Insert(g, "aten::reshape", {bias, shape})});
+    out = Insert(g, "aten::add",
+                 {out, Insert(g, "aten::reshape", {bias, shape})});
   }
   return out;
 }
@@ -215,9 +246,11 @@ Value* BatchNorm(Graph& g, Node* n) {
 // max_pool2d_with_indices (whose indices the derivative rule scatters to).
 Value* MaxPool2d(Graph& g, Node* n) {
   const int64_t rank = TensorRank(n->input(0));
-  if (rank != 3 && rank != 4) return Reject("a [C, H, W] or [N, C, H, W] input expected");
+  if (rank != 3 && rank != 4)
+    return Reject("a [C, H, W] or [N, C, H, W] input expected");
   std::vector<Value*> inputs(n->inputs().begin(), n->inputs().end());
-  Node* pool = g.create(Symbol::fromQualString("aten::max_pool2d_with_indices"), inputs, 2);
+  Node* pool = g.create(Symbol::fromQualString("aten::max_pool2d_with_indices"),
+                        inputs, 2);
   g.insertNode(pool);
   pool->output(0)->setType(n->output()->type());
   pool->output(1)->setType(c10::TensorType::get()->withScalarType(at::kLong));
@@ -232,7 +265,8 @@ Value* MaxPool2d(Graph& g, Node* n) {
 // zero-padded to its place along dim (constant_pad_nd, whose derivative is
 // the crop) and the pieces are summed; no list in the differentiated graph.
 Value* Concatenate(Graph& g, const std::vector<Value*>& pieces, int64_t dim) {
-  if (pieces.empty()) return Reject("a tensor list built in the graph expected");
+  if (pieces.empty())
+    return Reject("a tensor list built in the graph expected");
   const int64_t rank = TensorRank(pieces[0]);
   if (rank < 1) return Reject("tensors of known rank >= 1 expected");
   if (dim < 0) dim += rank;
@@ -257,8 +291,9 @@ Value* Concatenate(Graph& g, const std::vector<Value*>& pieces, int64_t dim) {
     pad[2 * (rank - 1 - dim)] = offset;
     pad[2 * (rank - 1 - dim) + 1] = total - offset - lengths[i];
     offset += lengths[i];
-    Value* placed = Insert(g, "aten::constant_pad_nd",
-                           {pieces[i], g.insertConstant(pad), g.insertConstant(0.0)});
+    Value* placed =
+        Insert(g, "aten::constant_pad_nd",
+               {pieces[i], g.insertConstant(pad), g.insertConstant(0.0)});
     out = out ? Insert(g, "aten::add", {out, placed}) : placed;
   }
   return out;
@@ -280,7 +315,8 @@ std::vector<Value*> SelectAlongDim(Graph& g, Node* n, const char* arg_op) {
   if (n->inputs().size() != 3 || n->outputs().size() != 2) return {};
   auto dim = ConstantOf(n->input(1)), keepdim = ConstantOf(n->input(2));
   if (!dim || !keepdim || !dim->isInt()) return {};
-  Value* index = Insert(g, arg_op, {n->input(0), n->input(1), g.insertConstant(true)});
+  Value* index =
+      Insert(g, arg_op, {n->input(0), n->input(1), g.insertConstant(true)});
   Value* values = Insert(g, "aten::gather", {n->input(0), n->input(1), index});
   if (!keepdim->toBool()) {
     values = Insert(g, "aten::squeeze", {values, n->input(1)});
@@ -290,10 +326,17 @@ std::vector<Value*> SelectAlongDim(Graph& g, Node* n, const char* arg_op) {
 }
 
 const std::unordered_map<std::string, MultiRewrite>& MultiRewrites() {
-  static const auto* rewrites = new std::unordered_map<std::string, MultiRewrite>{
-      {"aten::max", [](Graph& g, Node* n) { return SelectAlongDim(g, n, "aten::argmax"); }},
-      {"aten::min", [](Graph& g, Node* n) { return SelectAlongDim(g, n, "aten::argmin"); }},
-  };
+  static const auto* rewrites =
+      new std::unordered_map<std::string, MultiRewrite>{
+          {"aten::max",
+           [](Graph& g, Node* n) {
+             return SelectAlongDim(g, n, "aten::argmax");
+           }},
+          {"aten::min",
+           [](Graph& g, Node* n) {
+             return SelectAlongDim(g, n, "aten::argmin");
+           }},
+      };
   return *rewrites;
 }
 
@@ -302,13 +345,14 @@ const std::unordered_map<std::string, MultiRewrite>& MultiRewrites() {
 // else reads. Like the running statistics, the compiled program does not
 // perform this bookkeeping (warned); any other in-place op stays unsupported.
 bool IsUnreadCounterIncrement(Node* n) {
-  if (OpName(n) != "aten::add_" || n->inputs().size() != 3 || n->output()->hasUses()) {
+  if (OpName(n) != "aten::add_" || n->inputs().size() != 3 ||
+      n->output()->hasUses()) {
     return false;
   }
   Value* self = n->input(0);
   auto type = self->type()->cast<c10::TensorType>();
-  if (!type || !type->scalarType() || c10::isFloatingType(*type->scalarType()) ||
-      self->uses().size() != 1) {
+  if (!type || !type->scalarType() ||
+      c10::isFloatingType(*type->scalarType()) || self->uses().size() != 1) {
     return false;
   }
   return self->node()->kind() == torch::jit::prim::Param ||
@@ -318,8 +362,9 @@ bool IsUnreadCounterIncrement(Node* n) {
 // avg_pool2d as a depthwise conv2d with a constant 1/divisor kernel (groups
 // = channels), where every window has the same divisor: count_include_pad
 // or no padding, and ceil_mode only where it adds no window.
-Value* AvgPool2d(Graph& g, Value* x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
-                 std::vector<int64_t> padding, bool ceil_mode, bool count_include_pad,
+Value* AvgPool2d(Graph& g, Value* x, std::vector<int64_t> kernel,
+                 std::vector<int64_t> stride, std::vector<int64_t> padding,
+                 bool ceil_mode, bool count_include_pad,
                  c10::optional<int64_t> divisor_override) {
   auto type = x->type()->cast<c10::TensorType>();
   auto sizes = type ? type->sizes().concrete_sizes() : c10::nullopt;
@@ -331,44 +376,57 @@ Value* AvgPool2d(Graph& g, Value* x, std::vector<int64_t> kernel, std::vector<in
     if (v.size() == 1) v.push_back(v[0]);
     return v.size() == 2;
   };
-  if (!widen(kernel, 1)) return Reject("a 1- or 2-element kernel_size expected");
+  if (!widen(kernel, 1))
+    return Reject("a 1- or 2-element kernel_size expected");
   if (stride.empty()) stride = kernel;
-  if (!widen(stride, 1) || !widen(padding, 0)) return Reject("2-D stride/padding expected");
+  if (!widen(stride, 1) || !widen(padding, 0))
+    return Reject("2-D stride/padding expected");
   for (size_t i = 0; i < 2; ++i) {
     const int64_t span = (*sizes)[2 + i] + 2 * padding[i] - kernel[i];
-    if (span < 0) return Reject("a kernel no larger than the padded input expected");
+    if (span < 0)
+      return Reject("a kernel no larger than the padded input expected");
     if (ceil_mode && span % stride[i] != 0) {
-      return Reject("ceil_mode adds a partial window (its divisor differs): not compiled");
+      return Reject(
+          "ceil_mode adds a partial window (its divisor differs): not "
+          "compiled");
     }
     if (!count_include_pad && padding[i] != 0 && !divisor_override) {
-      return Reject("count_include_pad=False with padding (per-window divisors): not compiled");
+      return Reject(
+          "count_include_pad=False with padding (per-window divisors): not "
+          "compiled");
     }
   }
   const int64_t channels = (*sizes)[1];
-  const double divisor = divisor_override ? static_cast<double>(*divisor_override)
-                                          : static_cast<double>(kernel[0] * kernel[1]);
-  at::Tensor ones = torch::full({channels, 1, kernel[0], kernel[1]}, 1.0 / divisor,
-                                at::TensorOptions().dtype(*type->scalarType()));
+  const double divisor = divisor_override
+                             ? static_cast<double>(*divisor_override)
+                             : static_cast<double>(kernel[0] * kernel[1]);
+  at::Tensor ones =
+      torch::full({channels, 1, kernel[0], kernel[1]}, 1.0 / divisor,
+                  at::TensorOptions().dtype(*type->scalarType()));
   return Insert(g, "aten::conv2d",
                 {x, g.insertConstant(ones), g.insertConstant(c10::IValue()),
                  g.insertConstant(stride), g.insertConstant(padding),
-                 g.insertConstant(std::vector<int64_t>{1, 1}), g.insertConstant(channels)});
+                 g.insertConstant(std::vector<int64_t>{1, 1}),
+                 g.insertConstant(channels)});
 }
 
 // A tensor like x filled with c (no gradient flows to it).
 Value* Filled(Graph& g, Value* x, double c) {
-  return Insert(g, "aten::add", {Insert(g, "aten::zeros_like", {x}), g.insertConstant(c)});
+  return Insert(g, "aten::add",
+                {Insert(g, "aten::zeros_like", {x}), g.insertConstant(c)});
 }
 
 // where(cond, a, b) with every branch finite: the untaken branch gets a
 // zero cotangent, which must not meet an inf (0 * inf = nan).
-Value* Select(Graph& g, const char* cmp, Value* x, Value* y, Value* a, Value* b) {
+Value* Select(Graph& g, const char* cmp, Value* x, Value* y, Value* a,
+              Value* b) {
   return Insert(g, "aten::where", {Insert(g, cmp, {x, y}), a, b});
 }
 
 // maximum / minimum with eager's tie rule (each operand gets half).
 Value* Extremum(Graph& g, Value* a, Value* b, bool max) {
-  Value* mid = Insert(g, "aten::mul", {Insert(g, "aten::add", {a, b}), g.insertConstant(0.5)});
+  Value* mid = Insert(g, "aten::mul",
+                      {Insert(g, "aten::add", {a, b}), g.insertConstant(0.5)});
   Value* inner = Select(g, max ? "aten::lt" : "aten::gt", a, b, b, mid);
   return Select(g, max ? "aten::gt" : "aten::lt", a, b, a, inner);
 }
@@ -378,10 +436,15 @@ Value* Extremum(Graph& g, Value* a, Value* b, bool max) {
 Value* Elu(Graph& g, Value* x, double alpha, double scale, double input_scale) {
   Value* zero = Filled(g, x, 0.0);
   Value* negative_part = Select(g, "aten::gt", x, zero, zero, x);
-  Value* e = Insert(g, "aten::exp", {Insert(g, "aten::mul", {negative_part, g.insertConstant(input_scale)})});
-  Value* neg_branch = Insert(g, "aten::mul", {Insert(g, "aten::sub", {e, g.insertConstant(1.0)}),
-                                              g.insertConstant(alpha * scale)});
-  return Select(g, "aten::gt", x, zero, Insert(g, "aten::mul", {x, g.insertConstant(scale)}),
+  Value* e = Insert(
+      g, "aten::exp",
+      {Insert(g, "aten::mul", {negative_part, g.insertConstant(input_scale)})});
+  Value* neg_branch =
+      Insert(g, "aten::mul",
+             {Insert(g, "aten::sub", {e, g.insertConstant(1.0)}),
+              g.insertConstant(alpha * scale)});
+  return Select(g, "aten::gt", x, zero,
+                Insert(g, "aten::mul", {x, g.insertConstant(scale)}),
                 neg_branch);
 }
 
@@ -410,7 +473,8 @@ Value* LogSoftmax(Graph& g, Value* x, int64_t dim) {
 
 Value* NegativeLogLikelihood(Graph& g, Value* log_probs, Value* target) {
   Value* index = Insert(g, "aten::unsqueeze", {target, g.insertConstant(1)});
-  Value* picked = Insert(g, "aten::gather", {log_probs, g.insertConstant(1), index});
+  Value* picked =
+      Insert(g, "aten::gather", {log_probs, g.insertConstant(1), index});
   return Insert(g, "aten::neg", {Insert(g, "aten::mean", {picked})});
 }
 
@@ -420,16 +484,24 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        [](Graph& g, Node* n) -> Value* {
          const int64_t rank = TensorRank(n->input(0));
          auto out_type = n->output()->type()->cast<c10::TensorType>();
-         auto out_sizes = out_type ? out_type->sizes().concrete_sizes() : c10::nullopt;
-         if (rank < 2 || TensorRank(n->input(1)) != 2 || (rank > 2 && !out_sizes)) {
-           return Reject("an input of rank >= 2 (static shape when > 2) and a 2-D weight expected");
+         auto out_sizes =
+             out_type ? out_type->sizes().concrete_sizes() : c10::nullopt;
+         if (rank < 2 || TensorRank(n->input(1)) != 2 ||
+             (rank > 2 && !out_sizes)) {
+           return Reject(
+               "an input of rank >= 2 (static shape when > 2) and a 2-D weight "
+               "expected");
          }
          Value* x = n->input(0);
          if (rank > 2) {
-           x = Insert(g, "aten::flatten", {x, g.insertConstant(0), g.insertConstant(rank - 2)});
+           x = Insert(g, "aten::flatten",
+                      {x, g.insertConstant(0), g.insertConstant(rank - 2)});
          }
-         Value* out = Insert(g, "aten::mm", {x, Insert(g, "aten::t", {n->input(1)})});
-         if (rank > 2) out = Insert(g, "aten::reshape", {out, g.insertConstant(*out_sizes)});
+         Value* out =
+             Insert(g, "aten::mm", {x, Insert(g, "aten::t", {n->input(1)})});
+         if (rank > 2)
+           out =
+               Insert(g, "aten::reshape", {out, g.insertConstant(*out_sizes)});
          if (n->input(2)->type()->kind() != c10::TypeKind::NoneType) {
            out = Insert(g, "aten::add", {out, n->input(2)});
          }
@@ -449,8 +521,9 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
              alpha->toScalar().toDouble() != 1.0) {
            return nullptr;
          }
-         return Insert(g, "aten::add",
-                       {Insert(g, "aten::mm", {n->input(1), n->input(2)}), n->input(0)});
+         return Insert(
+             g, "aten::add",
+             {Insert(g, "aten::mm", {n->input(1), n->input(2)}), n->input(0)});
        }},
       {"aten::mse_loss",
        [](Graph& g, Node* n) -> Value* {
@@ -478,7 +551,8 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
                       n->input(2)->type()->kind() != c10::TypeKind::NoneType)) {
            return nullptr;
          }
-         return Insert(g, "aten::exp", {LogSoftmax(g, n->input(0), dim->toInt())});
+         return Insert(g, "aten::exp",
+                       {LogSoftmax(g, n->input(0), dim->toInt())});
        }},
       {"aten::cross_entropy_loss",
        [](Graph& g, Node* n) -> Value* {
@@ -486,24 +560,28 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          auto reduction = ConstantOf(n->input(3));
          auto smoothing = ConstantOf(n->input(5));
          if (TensorRank(n->input(0)) != 2 || TensorRank(n->input(1)) != 1 ||
-             n->input(2)->type()->kind() != c10::TypeKind::NoneType || !reduction ||
-             reduction->toInt() != 1 || !smoothing || smoothing->toDouble() != 0.0) {
+             n->input(2)->type()->kind() != c10::TypeKind::NoneType ||
+             !reduction || reduction->toInt() != 1 || !smoothing ||
+             smoothing->toDouble() != 0.0) {
            return nullptr;
          }
-         return NegativeLogLikelihood(g, LogSoftmax(g, n->input(0), 1), n->input(1));
+         return NegativeLogLikelihood(g, LogSoftmax(g, n->input(0), 1),
+                                      n->input(1));
        }},
       {"aten::nll_loss",
        [](Graph& g, Node* n) -> Value* {
          auto reduction = ConstantOf(n->input(3));
          if (TensorRank(n->input(0)) != 2 ||
-             n->input(2)->type()->kind() != c10::TypeKind::NoneType || !reduction ||
-             reduction->toInt() != 1) {
+             n->input(2)->type()->kind() != c10::TypeKind::NoneType ||
+             !reduction || reduction->toInt() != 1) {
            return nullptr;
          }
          return NegativeLogLikelihood(g, n->input(0), n->input(1));
        }},
-      {"aten::_convolution", [](Graph& g, Node* n) -> Value* { return Convolution(g, n); }},
-      {"aten::convolution", [](Graph& g, Node* n) -> Value* { return Convolution(g, n); }},
+      {"aten::_convolution",
+       [](Graph& g, Node* n) -> Value* { return Convolution(g, n); }},
+      {"aten::convolution",
+       [](Graph& g, Node* n) -> Value* { return Convolution(g, n); }},
       {"aten::conv2d",  // padding="valid"/"same", or an unbatched input
        [](Graph& g, Node* n) -> Value* {
          Value* padding = n->input(4);
@@ -520,7 +598,8 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
                const int64_t d = (*dilation)[dilation->size() == 1 ? 0 : i];
                const int64_t total = d * ((*sizes)[2 + i] - 1);
                if (s != 1 || total % 2 != 0) {
-                 return Reject("padding='same' needs stride 1 and symmetric padding");
+                 return Reject(
+                     "padding='same' needs stride 1 and symmetric padding");
                }
                pads[i] = total / 2;
              }
@@ -529,15 +608,17 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
            }
            padding = g.insertConstant(pads);
          }
-         return Conv2dMaybeUnbatched(g, n->input(0), n->input(1), n->input(2), n->input(3),
-                                     padding, n->input(5), n->input(6));
+         return Conv2dMaybeUnbatched(g, n->input(0), n->input(1), n->input(2),
+                                     n->input(3), padding, n->input(5),
+                                     n->input(6));
        }},
       {"aten::conv1d",  // int-list padding, batched NCL
        [](Graph& g, Node* n) -> Value* {
-         return Conv1dAs2d(g, n->input(0), n->input(1), n->input(2), n->input(3), n->input(4),
-                           n->input(5), n->input(6));
+         return Conv1dAs2d(g, n->input(0), n->input(1), n->input(2),
+                           n->input(3), n->input(4), n->input(5), n->input(6));
        }},
-      {"aten::layer_norm", [](Graph& g, Node* n) -> Value* { return LayerNorm(g, n); }},
+      {"aten::layer_norm",
+       [](Graph& g, Node* n) -> Value* { return LayerNorm(g, n); }},
       {"aten::cat",
        [](Graph& g, Node* n) -> Value* {
          auto dim = ConstantOf(n->input(1));
@@ -560,7 +641,8 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
            std::vector<int64_t> shape = *sizes;
            shape.insert(shape.begin() + d, 1);
            Value* original = piece;
-           piece = Insert(g, "aten::unsqueeze", {original, g.insertConstant(d)});
+           piece =
+               Insert(g, "aten::unsqueeze", {original, g.insertConstant(d)});
            piece->setType(type->withSizes(shape));
          }
          return Concatenate(g, pieces, d);
@@ -569,15 +651,18 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        [](Graph& g, Node* n) -> Value* {
          auto kernel = IntList(n->input(1)), stride = IntList(n->input(2)),
               padding = IntList(n->input(3));
-         auto ceil_mode = ConstantOf(n->input(4)), include_pad = ConstantOf(n->input(5)),
+         auto ceil_mode = ConstantOf(n->input(4)),
+              include_pad = ConstantOf(n->input(5)),
               divisor = ConstantOf(n->input(6));
-         if (!kernel || !stride || !padding || !ceil_mode || !include_pad || !divisor) {
+         if (!kernel || !stride || !padding || !ceil_mode || !include_pad ||
+             !divisor) {
            return Reject("constant pooling parameters expected");
          }
          c10::optional<int64_t> override_value;
          if (!divisor->isNone()) override_value = divisor->toInt();
-         return AvgPool2d(g, n->input(0), *kernel, *stride, *padding, ceil_mode->toBool(),
-                          include_pad->toBool(), override_value);
+         return AvgPool2d(g, n->input(0), *kernel, *stride, *padding,
+                          ceil_mode->toBool(), include_pad->toBool(),
+                          override_value);
        }},
       {"aten::adaptive_avg_pool2d",  // windows that tile the input evenly
        [](Graph& g, Node* n) -> Value* {
@@ -585,20 +670,27 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          auto type = n->input(0)->type()->cast<c10::TensorType>();
          auto sizes = type ? type->sizes().concrete_sizes() : c10::nullopt;
          if (!output || output->size() != 2 || !sizes || sizes->size() != 4) {
-           return Reject("a constant output_size and a [N, C, H, W] input of static shape expected");
+           return Reject(
+               "a constant output_size and a [N, C, H, W] input of static "
+               "shape expected");
          }
          if ((*output)[0] == 1 && (*output)[1] == 1) {
-           return Insert(g, "aten::mean", {n->input(0), g.insertConstant(std::vector<int64_t>{2, 3}),
-                                           g.insertConstant(true)});
+           return Insert(
+               g, "aten::mean",
+               {n->input(0), g.insertConstant(std::vector<int64_t>{2, 3}),
+                g.insertConstant(true)});
          }
          std::vector<int64_t> kernel(2);
          for (size_t i = 0; i < 2; ++i) {
            if ((*output)[i] <= 0 || (*sizes)[2 + i] % (*output)[i] != 0) {
-             return Reject("output_size must divide the input size (uneven windows: not compiled)");
+             return Reject(
+                 "output_size must divide the input size (uneven windows: not "
+                 "compiled)");
            }
            kernel[i] = (*sizes)[2 + i] / (*output)[i];
          }
-         return AvgPool2d(g, n->input(0), kernel, kernel, {0, 0}, false, true, c10::nullopt);
+         return AvgPool2d(g, n->input(0), kernel, kernel, {0, 0}, false, true,
+                          c10::nullopt);
        }},
       {"aten::leaky_relu",  // the slope at 0, as eager
        [](Graph& g, Node* n) -> Value* {
@@ -612,7 +704,8 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        [](Graph& g, Node* n) -> Value* {
          auto alpha = ScalarArg(n->input(1)), scale = ScalarArg(n->input(2)),
               input_scale = ScalarArg(n->input(3));
-         if (!alpha || !scale || !input_scale) return Reject("constant alpha/scale expected");
+         if (!alpha || !scale || !input_scale)
+           return Reject("constant alpha/scale expected");
          return Elu(g, n->input(0), *alpha, *scale, *input_scale);
        }},
       {"aten::selu",
@@ -622,42 +715,57 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        }},
       {"aten::silu",
        [](Graph& g, Node* n) -> Value* {
-         return Insert(g, "aten::mul", {n->input(0), Insert(g, "aten::sigmoid", {n->input(0)})});
+         return Insert(
+             g, "aten::mul",
+             {n->input(0), Insert(g, "aten::sigmoid", {n->input(0)})});
        }},
       {"aten::mish",  // x tanh(softplus(x))
        [](Graph& g, Node* n) -> Value* {
          const int64_t rank = TensorRank(n->input(0));
          if (rank < 0) return Reject("an input of known rank expected");
          Value* soft = Softplus(g, n->input(0), rank);
-         return Insert(g, "aten::mul", {n->input(0), Insert(g, "aten::tanh", {soft})});
+         return Insert(g, "aten::mul",
+                       {n->input(0), Insert(g, "aten::tanh", {soft})});
        }},
       {"aten::gelu",
        [](Graph& g, Node* n) -> Value* {
          auto approximate = ConstantOf(n->input(1));
-         if (!approximate || !approximate->isString()) return Reject("a constant `approximate`");
+         if (!approximate || !approximate->isString())
+           return Reject("a constant `approximate`");
          Value* x = n->input(0);
          Value* inner;
          if (approximate->toStringRef() == "none") {  // 1 + erf(x / sqrt 2)
-           inner = Insert(g, "aten::erf", {Insert(g, "aten::mul", {x, g.insertConstant(M_SQRT1_2)})});
+           inner = Insert(
+               g, "aten::erf",
+               {Insert(g, "aten::mul", {x, g.insertConstant(M_SQRT1_2)})});
          } else if (approximate->toStringRef() == "tanh") {
            // 1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))
-           Value* cube = Insert(g, "aten::mul", {Insert(g, "aten::mul", {x, x}), x});
-           Value* arg = Insert(g, "aten::add", {x, Insert(g, "aten::mul", {cube, g.insertConstant(0.044715)})});
-           inner = Insert(g, "aten::tanh",
-                          {Insert(g, "aten::mul", {arg, g.insertConstant(M_2_SQRTPI * M_SQRT1_2)})});
+           Value* cube =
+               Insert(g, "aten::mul", {Insert(g, "aten::mul", {x, x}), x});
+           Value* arg = Insert(
+               g, "aten::add",
+               {x, Insert(g, "aten::mul", {cube, g.insertConstant(0.044715)})});
+           inner = Insert(
+               g, "aten::tanh",
+               {Insert(g, "aten::mul",
+                       {arg, g.insertConstant(M_2_SQRTPI * M_SQRT1_2)})});
          } else {
            return Reject("approximate='none' or 'tanh' expected");
          }
          Value* half_x = Insert(g, "aten::mul", {x, g.insertConstant(0.5)});
-         return Insert(g, "aten::mul", {half_x, Insert(g, "aten::add", {inner, g.insertConstant(1.0)})});
+         return Insert(
+             g, "aten::mul",
+             {half_x, Insert(g, "aten::add", {inner, g.insertConstant(1.0)})});
        }},
       {"aten::hardtanh",  // zero gradient at the bounds, as eager
        [](Graph& g, Node* n) -> Value* {
          auto lo = ScalarArg(n->input(1)), hi = ScalarArg(n->input(2));
          if (!lo || !hi) return Reject("constant min_val/max_val expected");
          Value* x = n->input(0);
-         Value* upper = Select(g, "aten::ge", x, Filled(g, x, *hi), Filled(g, x, *hi), x);
-         return Select(g, "aten::le", x, Filled(g, x, *lo), Filled(g, x, *lo), upper);
+         Value* upper =
+             Select(g, "aten::ge", x, Filled(g, x, *hi), Filled(g, x, *hi), x);
+         return Select(g, "aten::le", x, Filled(g, x, *lo), Filled(g, x, *lo),
+                       upper);
        }},
       {"aten::clamp",  // scalar bounds; gradient 1 at the bounds, as eager
        [](Graph& g, Node* n) -> Value* {
@@ -669,36 +777,49 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          if (!IsNone(n->input(2))) {
            auto hi = ScalarArg(n->input(2));
            if (!hi) return Reject("constant bounds expected");
-           out = Select(g, "aten::gt", out, Filled(g, out, *hi), Filled(g, out, *hi), out);
+           out = Select(g, "aten::gt", out, Filled(g, out, *hi),
+                        Filled(g, out, *hi), out);
          }
          if (!IsNone(n->input(1))) {
            auto lo = ScalarArg(n->input(1));
            if (!lo) return Reject("constant bounds expected");
-           out = Select(g, "aten::lt", n->input(0), Filled(g, out, *lo), Filled(g, out, *lo), out);
+           out = Select(g, "aten::lt", n->input(0), Filled(g, out, *lo),
+                        Filled(g, out, *lo), out);
          }
          return out;
        }},
       {"aten::maximum",
-       [](Graph& g, Node* n) -> Value* { return Extremum(g, n->input(0), n->input(1), true); }},
+       [](Graph& g, Node* n) -> Value* {
+         return Extremum(g, n->input(0), n->input(1), true);
+       }},
       {"aten::minimum",
-       [](Graph& g, Node* n) -> Value* { return Extremum(g, n->input(0), n->input(1), false); }},
-      {"aten::max_pool2d", [](Graph& g, Node* n) -> Value* { return MaxPool2d(g, n); }},
-      {"aten::batch_norm", [](Graph& g, Node* n) -> Value* { return BatchNorm(g, n); }},
+       [](Graph& g, Node* n) -> Value* {
+         return Extremum(g, n->input(0), n->input(1), false);
+       }},
+      {"aten::max_pool2d",
+       [](Graph& g, Node* n) -> Value* { return MaxPool2d(g, n); }},
+      {"aten::batch_norm",
+       [](Graph& g, Node* n) -> Value* { return BatchNorm(g, n); }},
       {"aten::softplus",  // (x, beta, threshold): x where beta x > threshold
        [](Graph& g, Node* n) -> Value* {
-         auto beta = ConstantOf(n->input(1)), threshold = ConstantOf(n->input(2));
+         auto beta = ConstantOf(n->input(1)),
+              threshold = ConstantOf(n->input(2));
          const int64_t rank = TensorRank(n->input(0));
          if (!beta || !threshold || rank < 0) {
-           return Reject("constant beta/threshold and an input of known rank expected");
+           return Reject(
+               "constant beta/threshold and an input of known rank expected");
          }
          const double b = beta->toScalar().toDouble();
          if (b <= 0.0) return Reject("beta > 0 expected");
          Value* x = n->input(0);
-         Value* bx = b == 1.0 ? x : Insert(g, "aten::mul", {x, g.insertConstant(b)});
+         Value* bx =
+             b == 1.0 ? x : Insert(g, "aten::mul", {x, g.insertConstant(b)});
          Value* soft = Softplus(g, bx, rank);
-         if (b != 1.0) soft = Insert(g, "aten::div", {soft, g.insertConstant(b)});
-         Value* linear = Insert(g, "aten::gt",
-                                {bx, g.insertConstant(threshold->toScalar().toDouble())});
+         if (b != 1.0)
+           soft = Insert(g, "aten::div", {soft, g.insertConstant(b)});
+         Value* linear =
+             Insert(g, "aten::gt",
+                    {bx, g.insertConstant(threshold->toScalar().toDouble())});
          return Insert(g, "aten::where", {linear, x, soft});
        }},
       {"aten::log_sigmoid",  // -softplus(-x)
@@ -710,34 +831,41 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        }},
       {"aten::max",  // max(x): every element; max(a, b): maximum
        [](Graph& g, Node* n) -> Value* {
-         if (n->inputs().size() == 2 && n->input(1)->type()->kind() == c10::TypeKind::TensorType) {
+         if (n->inputs().size() == 2 &&
+             n->input(1)->type()->kind() == c10::TypeKind::TensorType) {
            return Extremum(g, n->input(0), n->input(1), true);
          }
          if (n->inputs().size() != 1) return nullptr;
-         return Insert(g, "aten::amax", {n->input(0), g.insertConstant(std::vector<int64_t>{}),
-                                         g.insertConstant(false)});
+         return Insert(g, "aten::amax",
+                       {n->input(0), g.insertConstant(std::vector<int64_t>{}),
+                        g.insertConstant(false)});
        }},
       {"aten::min",  // min(x) = -amax(-x): every element, ties shared as eager
        [](Graph& g, Node* n) -> Value* {
-         if (n->inputs().size() == 2 && n->input(1)->type()->kind() == c10::TypeKind::TensorType) {
+         if (n->inputs().size() == 2 &&
+             n->input(1)->type()->kind() == c10::TypeKind::TensorType) {
            return Extremum(g, n->input(0), n->input(1), false);
          }
          if (n->inputs().size() != 1) return nullptr;
          Value* negated = Insert(g, "aten::neg", {n->input(0)});
-         return Insert(g, "aten::neg",
-                       {Insert(g, "aten::amax", {negated, g.insertConstant(std::vector<int64_t>{}),
-                                                 g.insertConstant(false)})});
+         return Insert(
+             g, "aten::neg",
+             {Insert(g, "aten::amax",
+                     {negated, g.insertConstant(std::vector<int64_t>{}),
+                      g.insertConstant(false)})});
        }},
       {"aten::rsqrt",
        [](Graph& g, Node* n) -> Value* {
-         return Insert(g, "aten::div", {Insert(g, "aten::ones_like", {n->input(0)}),
-                                        Insert(g, "aten::sqrt", {n->input(0)})});
+         return Insert(g, "aten::div",
+                       {Insert(g, "aten::ones_like", {n->input(0)}),
+                        Insert(g, "aten::sqrt", {n->input(0)})});
        }},
       {"aten::dropout",
        [](Graph& g, Node* n) -> Value* {
          auto p = ConstantOf(n->input(1)), train = ConstantOf(n->input(2));
          if (!p || !train || (train->toBool() && p->toDouble() != 0.0)) {
-           return Reject("training-mode dropout with p > 0 is random: not compiled");
+           return Reject(
+               "training-mode dropout with p > 0 is random: not compiled");
          }
          return n->input(0);
        }},
@@ -747,7 +875,8 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
 
 }  // namespace
 
-std::vector<std::string> DecomposeToPrimitives(const std::shared_ptr<Graph>& graph) {
+std::vector<std::string> DecomposeToPrimitives(
+    const std::shared_ptr<Graph>& graph) {
   std::set<std::string> unsupported;
   std::vector<Node*> nodes(graph->nodes().begin(), graph->nodes().end());
   for (Node* node : nodes) {
@@ -755,8 +884,10 @@ std::vector<std::string> DecomposeToPrimitives(const std::shared_ptr<Graph>& gra
     const std::string name = OpName(node);
     if (IsUnreadCounterIncrement(node)) {
       TORCH_WARN(
-          "metafuse compiler: the in-place increment of an integer tensor (BatchNorm's "
-          "num_batches_tracked) is not performed by the compiled program; the loss does "
+          "metafuse compiler: the in-place increment of an integer tensor "
+          "(BatchNorm's "
+          "num_batches_tracked) is not performed by the compiled program; the "
+          "loss does "
           "not read it.");
       node->destroy();
       continue;
@@ -795,7 +926,8 @@ std::vector<std::string> DecomposeToPrimitives(const std::shared_ptr<Graph>& gra
       }
     }
     if (replacement == nullptr) {
-      unsupported.insert(last_rejection.empty() ? name : name + " (" + last_rejection + ")");
+      unsupported.insert(
+          last_rejection.empty() ? name : name + " (" + last_rejection + ")");
       continue;
     }
     replacement->setType(node->output()->type());

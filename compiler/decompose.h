@@ -14,7 +14,8 @@
 //   _convolution / convolution (2-D, NCHW; 1-D, NCL, not transposed)
 //                          -> conv2d or conv_transpose2d.input
 //   conv1d(x, w, ...)      -> squeeze(conv2d(unsqueeze(x, 2), unsqueeze(w, 2),
-//                             stride (1, s), padding (0, p), dilation (1, d)), 2)
+//                             stride (1, s), padding (0, p), dilation (1, d)),
+//                             2)
 //   conv2d(..., padding="valid" | "same")
 //                          -> conv2d with int padding (same: stride 1,
 //                             symmetric padding only)

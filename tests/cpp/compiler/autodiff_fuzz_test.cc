@@ -37,14 +37,17 @@ using torch::jit::Value;
 // A graph under construction with the eager value of each tensor in it.
 class Builder {
  public:
-  explicit Builder(uint64_t seed) : rng_(seed), graph_(std::make_shared<Graph>()) {
+  explicit Builder(uint64_t seed)
+      : rng_(seed), graph_(std::make_shared<Graph>()) {
     torch::manual_seed(seed);
   }
 
   std::shared_ptr<Graph> graph() const { return graph_; }
   std::mt19937_64& rng() { return rng_; }
   const std::vector<Value*>& inputs() const { return inputs_; }
-  const std::vector<at::Tensor>& input_tensors() const { return input_tensors_; }
+  const std::vector<at::Tensor>& input_tensors() const {
+    return input_tensors_;
+  }
   const std::vector<Value*>& pool() const { return pool_; }
   const at::Tensor& eager(Value* v) const { return eager_.at(v); }
   std::string trace() const { return trace_.str(); }
@@ -52,7 +55,9 @@ class Builder {
   int64_t Int(int64_t lo, int64_t hi) {  // inclusive
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
   }
-  double Real(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng_); }
+  double Real(double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng_);
+  }
   bool Coin(double p = 0.5) { return Real(0.0, 1.0) < p; }
 
   Value* AddInput(const at::Tensor& t) {
@@ -72,13 +77,14 @@ class Builder {
   // and records the result. Returns nullptr when eager rejects the call
   // (the generator then tries something else).
   Value* Emit(const char* op, const std::vector<torch::jit::NamedValue>& args,
-             bool keep = true) {
+              bool keep = true) {
     return EmitKw(op, args, {}, keep);
   }
 
   // With keyword arguments (alpha=, approximate=).
   Value* EmitKw(const char* op, const std::vector<torch::jit::NamedValue>& args,
-                const std::vector<torch::jit::NamedValue>& kwargs, bool keep = true) {
+                const std::vector<torch::jit::NamedValue>& kwargs,
+                bool keep = true) {
     Value* out = graph_->insert(Symbol::fromQualString(op), args, kwargs);
     torch::jit::Node* node = out->node();
     // Schema matching may have converted an argument (a 0-dim tensor to
@@ -102,11 +108,13 @@ class Builder {
 
   // A list of pool tensors, built in the graph (for cat / stack).
   Value* List(const std::vector<Value*>& items) {
-    return graph_->insertNode(graph_->createList(c10::TensorType::get(), items))->output();
+    return graph_->insertNode(graph_->createList(c10::TensorType::get(), items))
+        ->output();
   }
 
   // The first output of a multi-output op (max.dim, min.dim).
-  Value* EmitFirstOf(const char* op, const std::vector<Value*>& args, size_t num_outputs) {
+  Value* EmitFirstOf(const char* op, const std::vector<Value*>& args,
+                     size_t num_outputs) {
     torch::jit::Node* node = graph_->insertNode(
         graph_->create(Symbol::fromQualString(op), args, num_outputs));
     if (node->maybeSchema() == nullptr) {
@@ -122,12 +130,14 @@ class Builder {
     if (Coin()) return Const(values);
     std::vector<Value*> items;
     for (int64_t v : values) items.push_back(Const(v));
-    return graph_->insertNode(graph_->createList(c10::IntType::get(), items))->output();
+    return graph_->insertNode(graph_->createList(c10::IntType::get(), items))
+        ->output();
   }
 
  private:
   static c10::optional<std::vector<int64_t>> IntListOf(Value* v) {
-    if (v->node()->kind() != torch::jit::prim::ListConstruct) return c10::nullopt;
+    if (v->node()->kind() != torch::jit::prim::ListConstruct)
+      return c10::nullopt;
     std::vector<int64_t> out;
     for (Value* in : v->node()->inputs()) {
       auto iv = torch::jit::toIValue(in);
@@ -156,7 +166,8 @@ class Builder {
         stack.push_back(*ints);
       } else if (IsTensorList(in)) {
         c10::List<at::Tensor> list;
-        for (Value* item : in->node()->inputs()) list.push_back(eager_.at(item));
+        for (Value* item : in->node()->inputs())
+          list.push_back(eager_.at(item));
         stack.push_back(list);
       } else {
         stack.push_back(*torch::jit::toIValue(in));
@@ -179,7 +190,6 @@ class Builder {
   }
 
  public:
-
   // A recent value is more likely: programs become chains, not forests.
   Value* Pick() {
     const int64_t n = static_cast<int64_t>(pool_.size());
@@ -198,7 +208,8 @@ class Builder {
   std::ostringstream trace_;
 };
 
-bool Broadcastable(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+bool Broadcastable(const std::vector<int64_t>& a,
+                   const std::vector<int64_t>& b) {
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     const int64_t x = a[a.size() - 1 - i], y = b[b.size() - 1 - i];
     if (x != y && x != 1 && y != 1) return false;
@@ -206,7 +217,9 @@ bool Broadcastable(const std::vector<int64_t>& a, const std::vector<int64_t>& b)
   return true;
 }
 
-torch::jit::NamedValue Alpha(Value* v) { return torch::jit::NamedValue("alpha", v); }
+torch::jit::NamedValue Alpha(Value* v) {
+  return torch::jit::NamedValue("alpha", v);
+}
 
 // x^2 + c: a positive operand for log, sqrt, division, fractional powers.
 Value* Positive(Builder& b, Value* x, double c) {
@@ -214,12 +227,14 @@ Value* Positive(Builder& b, Value* x, double c) {
   return b.Emit("aten::add", {sq, b.Const(c)}, false);
 }
 
-std::vector<int64_t> RandomDims(Builder& b, int64_t rank, bool allow_empty = false) {
+std::vector<int64_t> RandomDims(Builder& b, int64_t rank,
+                                bool allow_empty = false) {
   std::vector<int64_t> dims;
   for (int64_t d = 0; d < rank; ++d) {
     if (b.Coin(0.5)) dims.push_back(b.Coin(0.3) ? d - rank : d);
   }
-  if (dims.empty() && !allow_empty && rank > 0) dims.push_back(b.Int(0, rank - 1));
+  if (dims.empty() && !allow_empty && rank > 0)
+    dims.push_back(b.Int(0, rank - 1));
   return dims;
 }
 
@@ -231,60 +246,98 @@ bool RandomOp(Builder& b) {
   auto scalar = [&](double lo, double hi) { return b.Const(b.Real(lo, hi)); };
   switch (b.Int(0, 47)) {
     // ---- elementwise unary
-    case 0: return b.Emit("aten::neg", {x});
-    case 1: return b.Emit("aten::exp", {b.Emit("aten::tanh", {x}, false)});
-    case 2: return b.Emit("aten::log", {Positive(b, x, 0.5)});
-    case 3: return b.Emit("aten::tanh", {x});
-    case 4: return b.Emit("aten::sigmoid", {x});
-    case 5: return b.Emit("aten::relu", {x});
-    case 6: return b.Emit("aten::sqrt", {Positive(b, x, 0.25)});
-    case 7: return b.Emit("aten::pow", {x, b.Const(static_cast<double>(b.Int(2, 3)))});
+    case 0:
+      return b.Emit("aten::neg", {x});
+    case 1:
+      return b.Emit("aten::exp", {b.Emit("aten::tanh", {x}, false)});
+    case 2:
+      return b.Emit("aten::log", {Positive(b, x, 0.5)});
+    case 3:
+      return b.Emit("aten::tanh", {x});
+    case 4:
+      return b.Emit("aten::sigmoid", {x});
+    case 5:
+      return b.Emit("aten::relu", {x});
+    case 6:
+      return b.Emit("aten::sqrt", {Positive(b, x, 0.25)});
+    case 7:
+      return b.Emit("aten::pow",
+                    {x, b.Const(static_cast<double>(b.Int(2, 3)))});
     case 8: {
       const double exponents[] = {0.5, -1.0, 1.5, -0.5};
-      return b.Emit("aten::pow", {Positive(b, x, 0.5), b.Const(exponents[b.Int(0, 3)])});
+      return b.Emit("aten::pow",
+                    {Positive(b, x, 0.5), b.Const(exponents[b.Int(0, 3)])});
     }
-    case 9: return b.Emit("aten::sin", {x});
-    case 10: return b.Emit("aten::cos", {x});
-    case 11: return b.Emit("aten::abs", {x});
-    case 12: return b.Emit(b.Coin() ? "aten::clone" : "aten::contiguous", {x});
-    case 13: return b.Emit("aten::mul", {x, scalar(-1.5, 1.5)});
-    case 14: return b.Emit("aten::add", {x, scalar(-1.0, 1.0), b.Const(1.0)});
-    case 15: return b.Emit("aten::rsub", {x, scalar(-1.0, 2.0), b.Const(1.0)});
+    case 9:
+      return b.Emit("aten::sin", {x});
+    case 10:
+      return b.Emit("aten::cos", {x});
+    case 11:
+      return b.Emit("aten::abs", {x});
+    case 12:
+      return b.Emit(b.Coin() ? "aten::clone" : "aten::contiguous", {x});
+    case 13:
+      return b.Emit("aten::mul", {x, scalar(-1.5, 1.5)});
+    case 14:
+      return b.Emit("aten::add", {x, scalar(-1.0, 1.0), b.Const(1.0)});
+    case 15:
+      return b.Emit("aten::rsub", {x, scalar(-1.0, 2.0), b.Const(1.0)});
     // ---- elementwise binary with broadcasting
-    case 16: case 17: case 18: case 19: case 20: case 21: {
+    case 16:
+    case 17:
+    case 18:
+    case 19:
+    case 20:
+    case 21: {
       Value* y = b.Pick();
       if (!Broadcastable(xs, b.Sizes(y))) return false;
       switch (b.Int(0, 6)) {
-        case 0: return b.EmitKw("aten::add", {x, y}, {Alpha(b.Const(b.Coin() ? 1.0 : 0.5))});
-        case 1: return b.EmitKw("aten::sub", {x, y}, {Alpha(b.Const(b.Coin() ? 1.0 : -2.0))});
-        case 2: return b.Emit("aten::mul", {x, y});
-        case 3: return b.Emit("aten::div", {x, Positive(b, y, 0.5)});
-        case 4: return b.EmitKw("aten::rsub", {x, y}, {Alpha(b.Const(b.Coin() ? 1.0 : 3.0))});
-        case 5: return b.Emit("aten::where", {b.Emit("aten::gt", {x, y}, false), x, y});
+        case 0:
+          return b.EmitKw("aten::add", {x, y},
+                          {Alpha(b.Const(b.Coin() ? 1.0 : 0.5))});
+        case 1:
+          return b.EmitKw("aten::sub", {x, y},
+                          {Alpha(b.Const(b.Coin() ? 1.0 : -2.0))});
+        case 2:
+          return b.Emit("aten::mul", {x, y});
+        case 3:
+          return b.Emit("aten::div", {x, Positive(b, y, 0.5)});
+        case 4:
+          return b.EmitKw("aten::rsub", {x, y},
+                          {Alpha(b.Const(b.Coin() ? 1.0 : 3.0))});
+        case 5:
+          return b.Emit("aten::where",
+                        {b.Emit("aten::gt", {x, y}, false), x, y});
         default:
           if (b.Coin(0.3)) {  // where.ScalarOther
-            return b.Emit("aten::where", {b.Emit("aten::lt", {x, b.Const(0.0)}, false), x,
-                                          b.Const(0.25)});
+            return b.Emit("aten::where",
+                          {b.Emit("aten::lt", {x, b.Const(0.0)}, false), x,
+                           b.Const(0.25)});
           }
-          return b.Emit("aten::where", {b.Emit("aten::lt", {x, b.Const(0.0)}, false),
-                                        b.Emit("aten::mul", {x, b.Const(0.1)}, false), y});
+          return b.Emit("aten::where",
+                        {b.Emit("aten::lt", {x, b.Const(0.0)}, false),
+                         b.Emit("aten::mul", {x, b.Const(0.1)}, false), y});
       }
     }
     // ---- reductions
-    case 22: return b.Emit(b.Coin() ? "aten::sum" : "aten::mean", {x});
-    case 23: case 24: {
+    case 22:
+      return b.Emit(b.Coin() ? "aten::sum" : "aten::mean", {x});
+    case 23:
+    case 24: {
       if (rank == 0) return false;
       const char* op = b.Coin() ? "aten::sum" : "aten::mean";
       return b.Emit(op, {x, b.Ints(RandomDims(b, rank)), b.Const(b.Coin())});
     }
     case 25: {
       if (rank == 0) return false;
-      return b.Emit("aten::logsumexp", {x, b.Ints(RandomDims(b, rank)), b.Const(b.Coin())});
+      return b.Emit("aten::logsumexp",
+                    {x, b.Ints(RandomDims(b, rank)), b.Const(b.Coin())});
     }
     case 26: {
       if (rank == 0) return false;
       Value* in = b.Coin() ? b.Emit("aten::relu", {x}, false) : x;  // ties
-      return b.Emit("aten::amax", {in, b.Ints(RandomDims(b, rank)), b.Const(b.Coin())});
+      return b.Emit("aten::amax",
+                    {in, b.Ints(RandomDims(b, rank)), b.Const(b.Coin())});
     }
     // ---- shape
     case 27: {
@@ -294,14 +347,16 @@ bool RandomOp(Builder& b) {
         if (numel % k == 0) divisors.push_back(k);
       }
       const int64_t k = divisors[b.Int(0, divisors.size() - 1)];
-      std::vector<int64_t> shape = b.Coin() ? std::vector<int64_t>{k, -1}
-                                            : std::vector<int64_t>{numel / k, 1, k};
+      std::vector<int64_t> shape = b.Coin()
+                                       ? std::vector<int64_t>{k, -1}
+                                       : std::vector<int64_t>{numel / k, 1, k};
       const bool view = b.eager(x).is_contiguous() && b.Coin();
       return b.Emit(view ? "aten::view" : "aten::reshape", {x, b.Ints(shape)});
     }
     case 28: {
       if (rank < 2) return false;
-      return b.Emit("aten::transpose", {x, b.Const(b.Int(0, rank - 1)), b.Const(b.Int(-rank, -1))});
+      return b.Emit("aten::transpose", {x, b.Const(b.Int(0, rank - 1)),
+                                        b.Const(b.Int(-rank, -1))});
     }
     case 29: {
       if (rank < 2) return false;
@@ -325,16 +380,20 @@ bool RandomOp(Builder& b) {
         if (xs[d] == 1) ones.push_back(d);
       }
       if (ones.empty()) return false;
-      return b.Emit("aten::squeeze", {x, b.Const(ones[b.Int(0, ones.size() - 1)])});
+      return b.Emit("aten::squeeze",
+                    {x, b.Const(ones[b.Int(0, ones.size() - 1)])});
     }
     case 33: {  // expand size-1 dims (and maybe a new leading dim)
       std::vector<int64_t> shape = xs;
       bool grows = false;
       for (auto& s : shape) {
-        if (s == 1 && b.Coin(0.7)) s = b.Int(2, 3), grows = true;
-        else if (b.Coin(0.3)) s = -1;
+        if (s == 1 && b.Coin(0.7))
+          s = b.Int(2, 3), grows = true;
+        else if (b.Coin(0.3))
+          s = -1;
       }
-      if (rank < 4 && b.Coin(0.3)) shape.insert(shape.begin(), b.Int(2, 3)), grows = true;
+      if (rank < 4 && b.Coin(0.3))
+        shape.insert(shape.begin(), b.Int(2, 3)), grows = true;
       if (!grows) return false;
       return b.Emit("aten::expand", {x, b.Ints(shape)});
     }
@@ -350,7 +409,8 @@ bool RandomOp(Builder& b) {
     case 35: {
       if (rank == 0) return false;
       const int64_t start = b.Int(0, rank - 1);
-      return b.Emit("aten::flatten", {x, b.Const(start), b.Const(b.Int(start, rank - 1))});
+      return b.Emit("aten::flatten",
+                    {x, b.Const(start), b.Const(b.Int(start, rank - 1))});
     }
     case 36: {  // constant_pad_nd: pad or crop the last dims
       if (rank == 0) return false;
@@ -368,7 +428,8 @@ bool RandomOp(Builder& b) {
       if (rank != 2) return false;
       for (Value* y : b.pool()) {
         auto ys = b.Sizes(y);
-        if (ys.size() == 2 && ys[0] == xs[1] && b.Coin()) return b.Emit("aten::mm", {x, y});
+        if (ys.size() == 2 && ys[0] == xs[1] && b.Coin())
+          return b.Emit("aten::mm", {x, y});
       }
       return b.Emit("aten::mm", {x, b.Emit("aten::t", {x}, false)});
     }
@@ -387,26 +448,32 @@ bool RandomOp(Builder& b) {
       if (rank == 0) return false;
       Value* y = x;
       for (Value* candidate : b.pool()) {
-        if (b.Sizes(candidate) == xs && candidate != x && b.Coin()) y = candidate;
+        if (b.Sizes(candidate) == xs && candidate != x && b.Coin())
+          y = candidate;
       }
       const int64_t dim = b.Int(0, rank - 1);
       std::vector<int64_t> shape = xs;
       shape[dim] = b.Int(1, xs[dim]);
       at::Tensor index = torch::randint(0, xs[dim], shape, torch::kLong);
       at::Tensor pick = torch::randint(0, xs[dim], shape, torch::kLong);
-      Value* src = b.Emit("aten::gather", {y, b.Const(dim), b.Const(pick)}, false);
-      return b.Emit("aten::scatter_add", {x, b.Const(dim), b.Const(index), src});
+      Value* src =
+          b.Emit("aten::gather", {y, b.Const(dim), b.Const(pick)}, false);
+      return b.Emit("aten::scatter_add",
+                    {x, b.Const(dim), b.Const(index), src});
     }
     // ---- ops that decompose into primitives
     case 40: {
       if (rank == 0) return false;
       const char* op = b.Coin() ? "aten::log_softmax" : "aten::softmax";
-      return b.Emit(op, {x, b.Const(b.Int(-rank, rank - 1)), b.Const(c10::IValue())});
+      return b.Emit(
+          op, {x, b.Const(b.Int(-rank, rank - 1)), b.Const(c10::IValue())});
     }
     case 41: {
       if (b.Coin()) return b.Emit("aten::log_sigmoid", {x});
-      Value* y = b.Emit("aten::mul", {x, b.Const(b.Coin() ? 4.0 : 30.0)}, false);
-      return b.Emit("aten::softplus", {y, b.Const(b.Coin() ? 1.0 : 2.0), b.Const(20.0)});
+      Value* y =
+          b.Emit("aten::mul", {x, b.Const(b.Coin() ? 4.0 : 30.0)}, false);
+      return b.Emit("aten::softplus",
+                    {y, b.Const(b.Coin() ? 1.0 : 2.0), b.Const(20.0)});
     }
     case 42: {
       Value* y = b.Pick();
@@ -422,58 +489,78 @@ bool RandomOp(Builder& b) {
       }
       if (b.Coin()) {  // layer norm over the trailing 1 or 2 dims
         std::vector<int64_t> shape(xs.end() - b.Int(1, 2), xs.end());
-        return b.Emit("aten::layer_norm", {x, b.Ints(shape), b.Const(c10::IValue()),
-                                           b.Const(c10::IValue()), b.Const(1e-5),
-                                           b.Const(false)});
+        return b.Emit("aten::layer_norm",
+                      {x, b.Ints(shape), b.Const(c10::IValue()),
+                       b.Const(c10::IValue()), b.Const(1e-5), b.Const(false)});
       }
       // batch norm in training mode over dim 1
-      return b.Emit("aten::batch_norm",
-                    {x, b.Const(c10::IValue()), b.Const(c10::IValue()), b.Const(c10::IValue()),
-                     b.Const(c10::IValue()), b.Const(true), b.Const(0.1), b.Const(1e-5),
-                     b.Const(false)});
+      return b.Emit(
+          "aten::batch_norm",
+          {x, b.Const(c10::IValue()), b.Const(c10::IValue()),
+           b.Const(c10::IValue()), b.Const(c10::IValue()), b.Const(true),
+           b.Const(0.1), b.Const(1e-5), b.Const(false)});
     }
     case 44: {  // cat / stack of same-shaped (but for dim) pool values
       if (rank == 0) return false;
       const bool stack = b.Coin();
-      const int64_t dim = stack ? b.Int(-rank - 1, rank) : b.Int(-rank, rank - 1);
+      const int64_t dim =
+          stack ? b.Int(-rank - 1, rank) : b.Int(-rank, rank - 1);
       const int64_t d = dim < 0 ? dim + rank : dim;
       std::vector<Value*> items = {x};
       for (Value* y : b.pool()) {
         auto ys = b.Sizes(y);
         bool fits = ys.size() == xs.size();
-        for (int64_t k = 0; fits && k < rank; ++k) fits = ys[k] == xs[k] || (!stack && k == d);
+        for (int64_t k = 0; fits && k < rank; ++k)
+          fits = ys[k] == xs[k] || (!stack && k == d);
         if (fits && b.Coin(0.6) && items.size() < 4) items.push_back(y);
       }
       if (b.Coin()) std::reverse(items.begin(), items.end());
-      return b.Emit(stack ? "aten::stack" : "aten::cat", {b.List(items), b.Const(dim)});
+      return b.Emit(stack ? "aten::stack" : "aten::cat",
+                    {b.List(items), b.Const(dim)});
     }
     case 46: {  // activations that decompose, at their kinks too
-      Value* in = b.Coin(0.3) ? b.Emit("aten::relu", {x}, false) : x;  // exact zeros
+      Value* in =
+          b.Coin(0.3) ? b.Emit("aten::relu", {x}, false) : x;  // exact zeros
       switch (b.Int(0, 10)) {
-        case 0: return b.Emit("aten::leaky_relu", {in, b.Const(0.1)});
-        case 1: return b.Emit("aten::elu", {in, b.Const(1.3), b.Const(1.0), b.Const(0.7)});
-        case 2: return b.Emit("aten::selu", {in});
-        case 3: return b.Emit("aten::silu", {in});
-        case 4: return b.Emit("aten::mish", {in});
+        case 0:
+          return b.Emit("aten::leaky_relu", {in, b.Const(0.1)});
+        case 1:
+          return b.Emit("aten::elu",
+                        {in, b.Const(1.3), b.Const(1.0), b.Const(0.7)});
+        case 2:
+          return b.Emit("aten::selu", {in});
+        case 3:
+          return b.Emit("aten::silu", {in});
+        case 4:
+          return b.Emit("aten::mish", {in});
         case 5: {
-          torch::jit::NamedValue approximate("approximate", b.Const(b.Coin() ? "none" : "tanh"));
+          torch::jit::NamedValue approximate(
+              "approximate", b.Const(b.Coin() ? "none" : "tanh"));
           return b.EmitKw("aten::gelu", {in}, {approximate});
         }
-        case 6: return b.Emit("aten::hardtanh", {in, b.Const(0.0), b.Const(0.5)});
-        case 7: return b.Emit("aten::clamp", {in, b.Const(0.0), b.Coin() ? b.Const(0.5) : b.Const(c10::IValue())});
-        case 8: return b.Emit("aten::erf", {in});
+        case 6:
+          return b.Emit("aten::hardtanh", {in, b.Const(0.0), b.Const(0.5)});
+        case 7:
+          return b.Emit("aten::clamp",
+                        {in, b.Const(0.0),
+                         b.Coin() ? b.Const(0.5) : b.Const(c10::IValue())});
+        case 8:
+          return b.Emit("aten::erf", {in});
         default: {
           Value* y = b.Coin() ? in : b.Pick();
           if (!Broadcastable(xs, b.Sizes(y))) return false;
-          Value* other = b.Coin() ? b.Emit("aten::relu", {y}, false) : y;  // ties
-          return b.Emit(b.Coin() ? "aten::maximum" : "aten::minimum", {x, other});
+          Value* other =
+              b.Coin() ? b.Emit("aten::relu", {y}, false) : y;  // ties
+          return b.Emit(b.Coin() ? "aten::maximum" : "aten::minimum",
+                        {x, other});
         }
       }
     }
     case 45: {  // max.dim / min.dim values (indices are not differentiable)
       if (rank == 0) return false;
-      return b.EmitFirstOf(b.Coin() ? "aten::max" : "aten::min",
-                           {x, b.Const(b.Int(-rank, rank - 1)), b.Const(b.Coin())}, 2);
+      return b.EmitFirstOf(
+          b.Coin() ? "aten::max" : "aten::min",
+          {x, b.Const(b.Int(-rank, rank - 1)), b.Const(b.Coin())}, 2);
     }
     default: {
       Value* y = b.Pick();
@@ -488,31 +575,39 @@ bool RandomOp(Builder& b) {
 // pooling.
 bool RandomConvProgram(Builder& b) {
   const int64_t groups = b.Int(1, 2);
-  const int64_t n = b.Int(1, 3), c = groups * b.Int(1, 2), o = groups * b.Int(1, 2);
+  const int64_t n = b.Int(1, 3), c = groups * b.Int(1, 2),
+                o = groups * b.Int(1, 2);
   const int64_t h = b.Int(3, 9), w = b.Int(3, 9);
-  std::vector<int64_t> k = {b.Int(1, 3), b.Int(1, 3)}, s = {b.Int(1, 3), b.Int(1, 2)},
-                       p = {b.Int(0, 2), b.Int(0, 1)}, d = {b.Int(1, 2), b.Int(1, 2)};
+  std::vector<int64_t> k = {b.Int(1, 3), b.Int(1, 3)},
+                       s = {b.Int(1, 3), b.Int(1, 2)},
+                       p = {b.Int(0, 2), b.Int(0, 1)},
+                       d = {b.Int(1, 2), b.Int(1, 2)};
   for (int i = 0; i < 2; ++i) {
     const int64_t extent = (i == 0 ? h : w) + 2 * p[i] - d[i] * (k[i] - 1);
     if (extent < 1) return false;
   }
   Value* x = b.AddInput(torch::randn({n, c, h, w}));
   Value* weight = b.AddInput(torch::randn({o, c / groups, k[0], k[1]}) * 0.5);
-  Value* bias = b.Coin() ? b.AddInput(torch::randn({o})) : b.Const(c10::IValue());
-  Value* y = b.Emit("aten::conv2d", {x, weight, bias, b.Ints(s), b.Ints(p), b.Ints(d),
-                                     b.Const(groups)});
+  Value* bias =
+      b.Coin() ? b.AddInput(torch::randn({o})) : b.Const(c10::IValue());
+  Value* y = b.Emit("aten::conv2d", {x, weight, bias, b.Ints(s), b.Ints(p),
+                                     b.Ints(d), b.Const(groups)});
   if (y == nullptr) return false;
   y = b.Emit(b.Coin() ? "aten::tanh" : "aten::sigmoid", {y});
   if (b.Coin()) {  // transposed convolution back up
-    std::vector<int64_t> k2 = {b.Int(1, 3), b.Int(1, 3)}, s2 = {b.Int(1, 3), b.Int(1, 2)},
-                         d2 = {b.Int(1, 2), 1}, p2 = {b.Int(0, 1), 0}, op2(2);
+    std::vector<int64_t> k2 = {b.Int(1, 3), b.Int(1, 3)},
+                         s2 = {b.Int(1, 3), b.Int(1, 2)}, d2 = {b.Int(1, 2), 1},
+                         p2 = {b.Int(0, 1), 0}, op2(2);
     for (int i = 0; i < 2; ++i) op2[i] = b.Int(0, std::max(s2[i], d2[i]) - 1);
     const int64_t g2 = o % 2 == 0 ? b.Int(1, 2) : 1;
-    Value* weight2 = b.AddInput(torch::randn({o, b.Int(1, 2), k2[0], k2[1]}) * 0.5);
+    Value* weight2 =
+        b.AddInput(torch::randn({o, b.Int(1, 2), k2[0], k2[1]}) * 0.5);
     Value* bias2 = b.Coin() ? b.Const(c10::IValue()) : nullptr;
-    if (bias2 == nullptr) bias2 = b.AddInput(torch::randn({b.Sizes(weight2)[1] * g2}));
-    Value* z = b.Emit("aten::conv_transpose2d", {y, weight2, bias2, b.Ints(s2), b.Ints(p2),
-                                                 b.Ints(op2), b.Const(g2), b.Ints(d2)});
+    if (bias2 == nullptr)
+      bias2 = b.AddInput(torch::randn({b.Sizes(weight2)[1] * g2}));
+    Value* z = b.Emit("aten::conv_transpose2d",
+                      {y, weight2, bias2, b.Ints(s2), b.Ints(p2), b.Ints(op2),
+                       b.Const(g2), b.Ints(d2)});
     if (z == nullptr) return false;
     y = b.Emit("aten::relu", {z});
   }
@@ -520,18 +615,23 @@ bool RandomConvProgram(Builder& b) {
     auto ys = b.Sizes(y);
     if (b.Coin(0.3)) {
       std::vector<int64_t> out = {1, 1};
-      if (b.Coin() && ys[2] % 2 == 0 && ys[3] % 2 == 0) out = {ys[2] / 2, ys[3] / 2};
+      if (b.Coin() && ys[2] % 2 == 0 && ys[3] % 2 == 0)
+        out = {ys[2] / 2, ys[3] / 2};
       return b.Emit("aten::adaptive_avg_pool2d", {y, b.Const(out)}) != nullptr;
     }
-    std::vector<int64_t> k2 = {b.Int(1, std::min<int64_t>(3, ys[2])), b.Int(1, std::min<int64_t>(2, ys[3]))};
-    std::vector<int64_t> s2 = {b.Int(1, 2), b.Int(1, 2)}, p2 = {b.Int(0, k2[0] / 2), b.Int(0, k2[1] / 2)};
+    std::vector<int64_t> k2 = {b.Int(1, std::min<int64_t>(3, ys[2])),
+                               b.Int(1, std::min<int64_t>(2, ys[3]))};
+    std::vector<int64_t> s2 = {b.Int(1, 2), b.Int(1, 2)},
+                         p2 = {b.Int(0, k2[0] / 2), b.Int(0, k2[1] / 2)};
     c10::IValue divisor = b.Coin(0.2) ? c10::IValue(int64_t{3}) : c10::IValue();
-    return b.Emit("aten::avg_pool2d", {y, b.Ints(k2), b.Ints(s2), b.Ints(p2), b.Const(false),
-                                       b.Const(true), b.Const(divisor)}) != nullptr;
+    return b.Emit("aten::avg_pool2d",
+                  {y, b.Ints(k2), b.Ints(s2), b.Ints(p2), b.Const(false),
+                   b.Const(true), b.Const(divisor)}) != nullptr;
   }
   if (b.Coin(0.7)) {
     auto ys = b.Sizes(y);
-    std::vector<int64_t> pk = {b.Int(1, 3), b.Int(1, 2)}, ps = {b.Int(1, 2), b.Int(1, 2)},
+    std::vector<int64_t> pk = {b.Int(1, 3), b.Int(1, 2)},
+                         ps = {b.Int(1, 2), b.Int(1, 2)},
                          pp = {b.Int(0, pk[0] / 2), b.Int(0, pk[1] / 2)},
                          pd = {b.Int(1, 2), 1};
     // A window lying wholly in the padding makes torch 1.13's
@@ -540,27 +640,32 @@ bool RandomConvProgram(Builder& b) {
     for (int i = 0; i < 2; ++i) {
       if (ys[2 + i] < pd[i] * (pk[i] - 1) + 1) return true;  // no pooling
     }
-    Value* pooled = b.Emit("aten::max_pool2d", {y, b.Ints(pk), b.Ints(ps), b.Ints(pp),
-                                                b.Ints(pd), b.Const(b.Coin())});
+    Value* pooled = b.Emit(
+        "aten::max_pool2d",
+        {y, b.Ints(pk), b.Ints(ps), b.Ints(pp), b.Ints(pd), b.Const(b.Coin())});
     if (pooled == nullptr) return false;
     y = pooled;
   }
   return true;
 }
 
-::testing::AssertionResult Close(const at::Tensor& got, const at::Tensor& expected,
+::testing::AssertionResult Close(const at::Tensor& got,
+                                 const at::Tensor& expected,
                                  const std::string& what) {
   if (got.sizes() != expected.sizes()) {
     return ::testing::AssertionFailure()
            << what << ": shape " << got.sizes() << " vs " << expected.sizes();
   }
-  const double scale = 1.0 + (expected.numel() ? expected.abs().max().item<double>() : 0.0);
-  if (torch::allclose(got, expected, 1e-9, 1e-11 * scale, /*equal_nan=*/false)) {
+  const double scale =
+      1.0 + (expected.numel() ? expected.abs().max().item<double>() : 0.0);
+  if (torch::allclose(got, expected, 1e-9, 1e-11 * scale,
+                      /*equal_nan=*/false)) {
     return ::testing::AssertionSuccess();
   }
   return ::testing::AssertionFailure()
-         << what << ": max abs diff " << (got - expected).abs().max().item<double>()
-         << ", max |expected| " << scale - 1.0;
+         << what << ": max abs diff "
+         << (got - expected).abs().max().item<double>() << ", max |expected| "
+         << scale - 1.0;
 }
 
 at::Tensor OrZeros(const at::Tensor& t, const at::Tensor& like) {
@@ -575,7 +680,8 @@ struct FuzzStats {
 
 // Builds one program with `make`, then checks values, first and second
 // order. Returns false (and reports) on a mismatch.
-bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make, FuzzStats& stats) {
+bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make,
+                  FuzzStats& stats) {
   Builder b(seed);
   if (!make(b) || b.pool().size() <= b.inputs().size()) {
     ++stats.skipped;
@@ -591,12 +697,15 @@ bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make, Fuzz
     os << "seed " << seed << "\nops:\n" << b.trace();
     context = os.str();
   }
-  for (torch::jit::Node* node : graph->nodes()) ++stats.source_ops[node->kind().toQualString()];
+  for (torch::jit::Node* node : graph->nodes())
+    ++stats.source_ops[node->kind().toQualString()];
   auto unsupported = DecomposeToPrimitives(graph);
-  EXPECT_TRUE(unsupported.empty()) << context << "undecomposed: " << unsupported[0];
+  EXPECT_TRUE(unsupported.empty())
+      << context << "undecomposed: " << unsupported[0];
   if (!unsupported.empty()) return false;
   out = graph->outputs()[0];
-  for (torch::jit::Node* node : graph->nodes()) ++stats.ops[node->kind().toQualString()];
+  for (torch::jit::Node* node : graph->nodes())
+    ++stats.ops[node->kind().toQualString()];
 
   // Cotangent v for (b), directions u for (c).
   Value* v = graph->addInput("v");
@@ -617,12 +726,15 @@ bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make, Fuzz
     torch::jit::WithInsertPoint at_end(graph->return_node());
     Value* s = nullptr;
     for (size_t i = 0; i < grads.size(); ++i) {
-      Value* term = graph->insert(Symbol::fromQualString("aten::sum"),
-                                  {graph->insert(Symbol::fromQualString("aten::mul"),
-                                                 {grads[i], us[i]})});
-      s = s ? graph->insert(Symbol::fromQualString("aten::add"), {s, term}) : term;
+      Value* term =
+          graph->insert(Symbol::fromQualString("aten::sum"),
+                        {graph->insert(Symbol::fromQualString("aten::mul"),
+                                       {grads[i], us[i]})});
+      s = s ? graph->insert(Symbol::fromQualString("aten::add"), {s, term})
+            : term;
     }
-    Value* seed2 = graph->insert(Symbol::fromQualString("aten::ones_like"), {s});
+    Value* seed2 =
+        graph->insert(Symbol::fromQualString("aten::ones_like"), {s});
     grads2 = AppendVjp(*graph, {s}, {seed2}, wrt);
   } catch (const UnsupportedOp& e) {
     ADD_FAILURE() << context << "UnsupportedOp: " << e.what() << "\n" << *graph;
@@ -640,14 +752,16 @@ bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make, Fuzz
     runtime::Program program(graph);
     results = program.Run(inputs);
   } catch (const c10::Error& e) {
-    ADD_FAILURE() << context << "runtime error: " << e.what_without_backtrace() << "\n"
+    ADD_FAILURE() << context << "runtime error: " << e.what_without_backtrace()
+                  << "\n"
                   << *graph;
     return false;
   }
 
   // Eager: autograd, first order with a graph, then the double backward.
-  auto first = torch::autograd::grad({out_eager}, leaves, {v_tensor}, /*retain_graph=*/true,
-                                     /*create_graph=*/true, /*allow_unused=*/true);
+  auto first = torch::autograd::grad(
+      {out_eager}, leaves, {v_tensor}, /*retain_graph=*/true,
+      /*create_graph=*/true, /*allow_unused=*/true);
   at::Tensor s_eager = torch::zeros({}, torch::kDouble);
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (first[i].defined()) s_eager = s_eager + (first[i] * u_tensors[i]).sum();
@@ -669,7 +783,8 @@ bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make, Fuzz
     return true;
   }
   bool ok = true;
-  auto check = [&](const at::Tensor& got, const at::Tensor& expected, const std::string& what) {
+  auto check = [&](const at::Tensor& got, const at::Tensor& expected,
+                   const std::string& what) {
     auto result = Close(got, expected, what);
     if (!result) {
       ok = false;
@@ -682,7 +797,8 @@ bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make, Fuzz
           "first-order gradient " + std::to_string(i));
   }
   for (size_t i = 0; i < leaves.size() && ok; ++i) {
-    check(results[1 + leaves.size() + i].toTensor(), OrZeros(second[i], leaves[i]),
+    check(results[1 + leaves.size() + i].toTensor(),
+          OrZeros(second[i], leaves[i]),
           "second-order gradient " + std::to_string(i));
   }
   ++stats.programs;
@@ -736,7 +852,8 @@ TEST(AutodiffRules, ScatterAddWithLargerSource) {
   graph->registerOutput(out);
   for (Value* g : grads) graph->registerOutput(g);
   at::Tensor v_t = torch::randn({4, 3}, torch::kDouble);
-  auto results = runtime::Program(graph).Run({self_t.detach(), src_t.detach(), v_t});
+  auto results =
+      runtime::Program(graph).Run({self_t.detach(), src_t.detach(), v_t});
   at::Tensor block = src_t.narrow(0, 0, 2).narrow(1, 0, 3);
   at::Tensor expected = self_t.scatter_add(0, index, block);
   auto eager = torch::autograd::grad({expected}, {self_t, src_t}, {v_t});
@@ -754,8 +871,10 @@ TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
     CheckProgram(1000 + i, RandomElementwiseProgram, stats);
   }
   std::ostringstream generated, primitive;
-  for (const auto& [op, count] : stats.source_ops) generated << op << ":" << count << " ";
-  for (const auto& [op, count] : stats.ops) primitive << op << ":" << count << " ";
+  for (const auto& [op, count] : stats.source_ops)
+    generated << op << ":" << count << " ";
+  for (const auto& [op, count] : stats.ops)
+    primitive << op << ":" << count << " ";
   std::cout << "fuzzed " << stats.programs << " programs (" << stats.skipped
             << " skipped)\ngenerated ops: " << generated.str()
             << "\nops after decomposition: " << primitive.str() << "\n";
@@ -763,17 +882,31 @@ TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
   EXPECT_GE(stats.programs, kElementwisePrograms * 9 / 10);
   // Every kind of op the generator knows was generated (none silently
   // dropped by schema matching or by eager).
-  for (const char* op :
-       {"aten::add", "aten::sub", "aten::rsub", "aten::div", "aten::where", "aten::sum",
-        "aten::mean", "aten::logsumexp", "aten::amax", "aten::reshape", "aten::view",
-        "aten::transpose", "aten::permute", "aten::t", "aten::unsqueeze", "aten::squeeze",
-        "aten::expand", "aten::sum_to_size", "aten::flatten", "aten::constant_pad_nd",
-        "aten::mm", "aten::gather", "aten::scatter_add", "aten::log_softmax", "aten::softmax",
-        "aten::softplus", "aten::log_sigmoid", "aten::mse_loss", "aten::square",
-        "aten::batch_norm", "aten::layer_norm", "aten::max", "aten::min", "aten::rsqrt",
-        "aten::cat", "aten::stack", "aten::leaky_relu", "aten::elu", "aten::selu",
-        "aten::silu", "aten::mish", "aten::gelu", "aten::hardtanh", "aten::clamp",
-        "aten::erf", "aten::maximum", "aten::minimum", "aten::pow", "aten::sqrt", "aten::log"}) {
+  for (const char* op : {"aten::add",         "aten::sub",
+                         "aten::rsub",        "aten::div",
+                         "aten::where",       "aten::sum",
+                         "aten::mean",        "aten::logsumexp",
+                         "aten::amax",        "aten::reshape",
+                         "aten::view",        "aten::transpose",
+                         "aten::permute",     "aten::t",
+                         "aten::unsqueeze",   "aten::squeeze",
+                         "aten::expand",      "aten::sum_to_size",
+                         "aten::flatten",     "aten::constant_pad_nd",
+                         "aten::mm",          "aten::gather",
+                         "aten::scatter_add", "aten::log_softmax",
+                         "aten::softmax",     "aten::softplus",
+                         "aten::log_sigmoid", "aten::mse_loss",
+                         "aten::square",      "aten::batch_norm",
+                         "aten::layer_norm",  "aten::max",
+                         "aten::min",         "aten::rsqrt",
+                         "aten::cat",         "aten::stack",
+                         "aten::leaky_relu",  "aten::elu",
+                         "aten::selu",        "aten::silu",
+                         "aten::mish",        "aten::gelu",
+                         "aten::hardtanh",    "aten::clamp",
+                         "aten::erf",         "aten::maximum",
+                         "aten::minimum",     "aten::pow",
+                         "aten::sqrt",        "aten::log"}) {
     EXPECT_GT(stats.source_ops[op], 0) << op << " was never generated";
   }
 }
@@ -784,11 +917,14 @@ TEST(AutodiffFuzz, RandomConvolutionProgramsMatchAutogradToSecondOrder) {
     CheckProgram(5000 + i, RandomConvProgram, stats);
   }
   std::ostringstream generated;
-  for (const auto& [op, count] : stats.source_ops) generated << op << ":" << count << " ";
-  std::cout << "fuzzed " << stats.programs << " convolution programs (" << stats.skipped
-            << " skipped)\ngenerated ops: " << generated.str() << "\n";
-  for (const char* op : {"aten::conv2d", "aten::conv_transpose2d", "aten::max_pool2d",
-                         "aten::avg_pool2d", "aten::adaptive_avg_pool2d"}) {
+  for (const auto& [op, count] : stats.source_ops)
+    generated << op << ":" << count << " ";
+  std::cout << "fuzzed " << stats.programs << " convolution programs ("
+            << stats.skipped << " skipped)\ngenerated ops: " << generated.str()
+            << "\n";
+  for (const char* op :
+       {"aten::conv2d", "aten::conv_transpose2d", "aten::max_pool2d",
+        "aten::avg_pool2d", "aten::adaptive_avg_pool2d"}) {
     EXPECT_GT(stats.source_ops[op], 0) << op << " was never generated";
   }
   EXPECT_EQ(stats.failed, 0);

@@ -23,21 +23,24 @@ namespace F = torch::nn::functional;
 using testing::EagerUnroll;
 using EagerResult = testing::EagerUnrollResult;
 
-::testing::AssertionResult Close(const at::Tensor& a, const at::Tensor& b, double rtol,
-                                 double atol) {
+::testing::AssertionResult Close(const at::Tensor& a, const at::Tensor& b,
+                                 double rtol, double atol) {
   if (a.sizes() != b.sizes()) {
-    return ::testing::AssertionFailure() << "shape " << a.sizes() << " vs " << b.sizes();
+    return ::testing::AssertionFailure()
+           << "shape " << a.sizes() << " vs " << b.sizes();
   }
   if (torch::allclose(a, b, rtol, atol)) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
-         << "max abs diff " << (a - b).abs().max().item<double>() << ", max |b| "
-         << b.abs().max().item<double>();
+         << "max abs diff " << (a - b).abs().max().item<double>()
+         << ", max |b| " << b.abs().max().item<double>();
 }
 
-void ExpectCompiledEqualsEager(const LossFunction& loss_fn, const TensorList& params,
+void ExpectCompiledEqualsEager(const LossFunction& loss_fn,
+                               const TensorList& params,
                                const TensorList& batch, const OptimizerSpec& o,
                                int steps, double rtol, double atol) {
-  auto loop = CompileInnerLoop(loss_fn, params, batch, o, steps, /*return_losses=*/true);
+  auto loop = CompileInnerLoop(loss_fn, params, batch, o, steps,
+                               /*return_losses=*/true);
   TensorList inputs = params;
   inputs.insert(inputs.end(), batch.begin(), batch.end());
   TensorList out = (*loop)(inputs);
@@ -83,7 +86,8 @@ TensorList Leaves(TensorList p, torch::Dtype dtype) {
 // needs an output_padding) -> relu -> flatten -> linear(16->3) ->
 // cross-entropy.
 at::Tensor CnnLoss(const TensorList& p, const TensorList& b) {
-  auto h = torch::relu(torch::conv2d(b[0], p[0], p[1], /*stride=*/1, /*padding=*/1));
+  auto h =
+      torch::relu(torch::conv2d(b[0], p[0], p[1], /*stride=*/1, /*padding=*/1));
   h = torch::max_pool2d(h, {2, 2});
   h = torch::relu(torch::conv2d(h, p[2], p[3], /*stride=*/2, /*padding=*/1,
                                 /*dilation=*/1, /*groups=*/2));
@@ -101,22 +105,25 @@ TensorList CnnParams(torch::Dtype dtype) {
 
 TensorList CnnBatch(torch::Dtype dtype) {
   torch::manual_seed(2);
-  return {torch::randn({5, 2, 9, 9}).to(dtype), torch::randint(0, 3, {5}, torch::kLong)};
+  return {torch::randn({5, 2, 9, 9}).to(dtype),
+          torch::randint(0, 3, {5}, torch::kLong)};
 }
 
 TEST(CompiledCnn, SgdMatchesEagerFloat64) {
-  ExpectCompiledEqualsEager(CnnLoss, CnnParams(torch::kFloat64), CnnBatch(torch::kFloat64),
-                            Sgd(0.3), 3, 1e-10, 1e-12);
+  ExpectCompiledEqualsEager(CnnLoss, CnnParams(torch::kFloat64),
+                            CnnBatch(torch::kFloat64), Sgd(0.3), 3, 1e-10,
+                            1e-12);
 }
 
 TEST(CompiledCnn, AdamMatchesEagerFloat64) {
-  ExpectCompiledEqualsEager(CnnLoss, CnnParams(torch::kFloat64), CnnBatch(torch::kFloat64),
-                            Adam(0.01), 3, 1e-10, 1e-12);
+  ExpectCompiledEqualsEager(CnnLoss, CnnParams(torch::kFloat64),
+                            CnnBatch(torch::kFloat64), Adam(0.01), 3, 1e-10,
+                            1e-12);
 }
 
 TEST(CompiledCnn, SgdMatchesEagerFloat32) {
-  ExpectCompiledEqualsEager(CnnLoss, CnnParams(torch::kFloat32), CnnBatch(torch::kFloat32),
-                            Sgd(0.3), 3, 1e-5, 1e-6);
+  ExpectCompiledEqualsEager(CnnLoss, CnnParams(torch::kFloat32),
+                            CnnBatch(torch::kFloat32), Sgd(0.3), 3, 1e-5, 1e-6);
 }
 
 // Adam's meta-gradient divides by sqrt(nu): in float32 it amplifies the
@@ -135,12 +142,22 @@ TEST(CompiledCnn, AdamFloat32IsAsAccurateAsEager) {
   TensorList adapted = (*loop)(inputs);
   auto meta = torch::autograd::grad({CnnLoss(adapted, batch)}, params);
   EagerResult eager32 = EagerUnroll(CnnLoss, params, batch, o, 2);
-  EagerResult eager64 = EagerUnroll(CnnLoss, CnnParams(torch::kFloat64), CnnBatch(torch::kFloat64), o, 2);
+  EagerResult eager64 = EagerUnroll(CnnLoss, CnnParams(torch::kFloat64),
+                                    CnnBatch(torch::kFloat64), o, 2);
   for (size_t i = 0; i < params.size(); ++i) {
-    EXPECT_TRUE(Close(adapted[i], eager32.adapted[i], 1e-5, 1e-6)) << "adapted param " << i;
+    EXPECT_TRUE(Close(adapted[i], eager32.adapted[i], 1e-5, 1e-6))
+        << "adapted param " << i;
     const double truth = eager64.meta[i].abs().max().item<double>();
-    const double eager_error = (eager32.meta[i].to(torch::kFloat64) - eager64.meta[i]).abs().max().item<double>();
-    const double compiled_error = (meta[i].to(torch::kFloat64) - eager64.meta[i]).abs().max().item<double>();
+    const double eager_error =
+        (eager32.meta[i].to(torch::kFloat64) - eager64.meta[i])
+            .abs()
+            .max()
+            .item<double>();
+    const double compiled_error =
+        (meta[i].to(torch::kFloat64) - eager64.meta[i])
+            .abs()
+            .max()
+            .item<double>();
     EXPECT_LE(compiled_error, 8.0 * eager_error + 1e-5 * truth)
         << "meta-gradient " << i << ": eager float32 error " << eager_error;
   }
@@ -160,36 +177,44 @@ TEST(CompiledCnn, DilatedStridedPoolingMatchesEagerFloat64) {
   torch::manual_seed(3);
   auto params = Leaves({torch::randn({3, 2, 3, 2}) * 0.5}, torch::kFloat64);
   TensorList batch = {torch::randn({2, 2, 10, 7}, torch::kFloat64)};
-  ExpectCompiledEqualsEager(DilatedCnnLoss, params, batch, Sgd(0.5), 3, 1e-10, 1e-12);
-  ExpectCompiledEqualsEager(DilatedCnnLoss, params, batch, Adam(0.05), 2, 1e-10, 1e-12);
+  ExpectCompiledEqualsEager(DilatedCnnLoss, params, batch, Sgd(0.5), 3, 1e-10,
+                            1e-12);
+  ExpectCompiledEqualsEager(DilatedCnnLoss, params, batch, Adam(0.05), 2, 1e-10,
+                            1e-12);
 }
 
 // Transposed convolution (stride 2, output_padding 1, groups 2) with a bias:
 // its rules are convolutions, and the meta-gradient differentiates them.
 at::Tensor DecoderLoss(const TensorList& p, const TensorList& b) {
-  auto h = torch::conv_transpose2d(b[0], p[0], p[1], /*stride=*/2, /*padding=*/1,
-                                   /*output_padding=*/1, /*groups=*/2);
+  auto h =
+      torch::conv_transpose2d(b[0], p[0], p[1], /*stride=*/2, /*padding=*/1,
+                              /*output_padding=*/1, /*groups=*/2);
   h = torch::sigmoid(h);
   return torch::mse_loss(h, b[1]);
 }
 
 TEST(CompiledCnn, TransposedConvolutionMatchesEagerFloat64) {
   torch::manual_seed(4);
-  auto params = Leaves({torch::randn({4, 1, 3, 3}) * 0.5, torch::randn({2}) * 0.1},
-                       torch::kFloat64);
+  auto params =
+      Leaves({torch::randn({4, 1, 3, 3}) * 0.5, torch::randn({2}) * 0.1},
+             torch::kFloat64);
   TensorList batch = {torch::randn({3, 4, 4, 5}, torch::kFloat64),
                       torch::rand({3, 2, 8, 10}, torch::kFloat64)};
-  ExpectCompiledEqualsEager(DecoderLoss, params, batch, Sgd(1.0), 3, 1e-10, 1e-12);
-  ExpectCompiledEqualsEager(DecoderLoss, params, batch, Adam(0.05), 2, 1e-10, 1e-12);
+  ExpectCompiledEqualsEager(DecoderLoss, params, batch, Sgd(1.0), 3, 1e-10,
+                            1e-12);
+  ExpectCompiledEqualsEager(DecoderLoss, params, batch, Adam(0.05), 2, 1e-10,
+                            1e-12);
 }
 
 // A sequence model: conv1d (stride 2), LayerNorm over channels, a linear
 // layer on a 3-D input; plus an unbatched conv2d term.
 at::Tensor SequenceLoss(const TensorList& p, const TensorList& b) {
-  auto h = torch::conv1d(b[0], p[0], p[1], /*stride=*/2, /*padding=*/1);  // [N, 4, L']
-  h = torch::layer_norm(h.transpose(1, 2), {4}, p[2], p[3], 1e-5);       // [N, L', 4]
-  auto y = torch::linear(torch::tanh(h), p[4], p[5]);                     // [N, L', 1]
-  auto image = torch::conv2d(b[2], p[6], {}, 1, 1);                       // unbatched
+  auto h = torch::conv1d(b[0], p[0], p[1], /*stride=*/2,
+                         /*padding=*/1);  // [N, 4, L']
+  h = torch::layer_norm(h.transpose(1, 2), {4}, p[2], p[3],
+                        1e-5);                         // [N, L', 4]
+  auto y = torch::linear(torch::tanh(h), p[4], p[5]);  // [N, L', 1]
+  auto image = torch::conv2d(b[2], p[6], {}, 1, 1);    // unbatched
   return torch::mse_loss(y.squeeze(-1), b[1]) + image.pow(2).mean();
 }
 
@@ -203,8 +228,10 @@ TEST(CompiledCnn, Conv1dLayerNormSequenceMatchesEagerFloat64) {
   TensorList batch = {torch::randn({3, 2, 9}, torch::kFloat64),
                       torch::randn({3, 5}, torch::kFloat64),
                       torch::randn({2, 5, 4}, torch::kFloat64)};
-  ExpectCompiledEqualsEager(SequenceLoss, params, batch, Sgd(0.3), 3, 1e-10, 1e-12);
-  ExpectCompiledEqualsEager(SequenceLoss, params, batch, Adam(0.02), 2, 1e-10, 1e-12);
+  ExpectCompiledEqualsEager(SequenceLoss, params, batch, Sgd(0.3), 3, 1e-10,
+                            1e-12);
+  ExpectCompiledEqualsEager(SequenceLoss, params, batch, Adam(0.02), 2, 1e-10,
+                            1e-12);
 }
 
 // Average pooling (a depthwise conv2d with a constant kernel) and global
@@ -219,14 +246,17 @@ at::Tensor AvgPoolCnnLoss(const TensorList& p, const TensorList& b) {
 
 TEST(CompiledCnn, AveragePoolingMatchesEagerFloat64) {
   torch::manual_seed(13);
-  auto params = Leaves({torch::randn({3, 2, 3, 3}) * 0.5, torch::randn({3}) * 0.1,
-                        torch::randn({4, 3, 3, 3}) * 0.5, torch::randn({3, 4}) * 0.5,
-                        torch::randn({3}) * 0.1},
-                       torch::kFloat64);
+  auto params =
+      Leaves({torch::randn({3, 2, 3, 3}) * 0.5, torch::randn({3}) * 0.1,
+              torch::randn({4, 3, 3, 3}) * 0.5, torch::randn({3, 4}) * 0.5,
+              torch::randn({3}) * 0.1},
+             torch::kFloat64);
   TensorList batch = {torch::randn({4, 2, 6, 6}, torch::kFloat64),
                       torch::randint(0, 3, {4}, torch::kLong)};
-  ExpectCompiledEqualsEager(AvgPoolCnnLoss, params, batch, Sgd(0.5), 3, 1e-10, 1e-12);
-  ExpectCompiledEqualsEager(AvgPoolCnnLoss, params, batch, Adam(0.02), 2, 1e-10, 1e-12);
+  ExpectCompiledEqualsEager(AvgPoolCnnLoss, params, batch, Sgd(0.5), 3, 1e-10,
+                            1e-12);
+  ExpectCompiledEqualsEager(AvgPoolCnnLoss, params, batch, Adam(0.02), 2, 1e-10,
+                            1e-12);
 }
 
 // ---------------------------------------------------------- BatchNorm
@@ -244,8 +274,9 @@ at::Tensor BatchNormMlpLoss(const TensorList& p, const TensorList& b) {
 
 TensorList BatchNormParams(torch::Dtype dtype) {
   torch::manual_seed(5);
-  return Leaves({torch::randn({8, 3}) * 0.5, 1.0 + torch::randn({8}) * 0.1, torch::randn({8}) * 0.1,
-                 torch::randn({1, 8}) * 0.5, torch::randn({1}) * 0.1},
+  return Leaves({torch::randn({8, 3}) * 0.5, 1.0 + torch::randn({8}) * 0.1,
+                 torch::randn({8}) * 0.1, torch::randn({1, 8}) * 0.5,
+                 torch::randn({1}) * 0.1},
                 dtype);
 }
 
@@ -257,22 +288,26 @@ TensorList BatchNormBatch(torch::Dtype dtype) {
 
 TEST(CompiledBatchNorm, TrainingSgdMatchesEagerFloat64) {
   ExpectCompiledEqualsEager(BatchNormMlpLoss, BatchNormParams(torch::kFloat64),
-                            BatchNormBatch(torch::kFloat64), Sgd(0.2), 3, 1e-10, 1e-12);
+                            BatchNormBatch(torch::kFloat64), Sgd(0.2), 3, 1e-10,
+                            1e-12);
 }
 
 TEST(CompiledBatchNorm, TrainingAdamMatchesEagerFloat64) {
   ExpectCompiledEqualsEager(BatchNormMlpLoss, BatchNormParams(torch::kFloat64),
-                            BatchNormBatch(torch::kFloat64), Adam(0.01), 3, 1e-10, 1e-12);
+                            BatchNormBatch(torch::kFloat64), Adam(0.01), 3,
+                            1e-10, 1e-12);
 }
 
 TEST(CompiledBatchNorm, TrainingSgdMatchesEagerFloat32) {
   ExpectCompiledEqualsEager(BatchNormMlpLoss, BatchNormParams(torch::kFloat32),
-                            BatchNormBatch(torch::kFloat32), Sgd(0.2), 3, 1e-5, 1e-6);
+                            BatchNormBatch(torch::kFloat32), Sgd(0.2), 3, 1e-5,
+                            1e-6);
 }
 
 TEST(CompiledBatchNorm, TrainingAdamMatchesEagerFloat32) {
   ExpectCompiledEqualsEager(BatchNormMlpLoss, BatchNormParams(torch::kFloat32),
-                            BatchNormBatch(torch::kFloat32), Adam(0.01), 2, 1e-5, 1e-6);
+                            BatchNormBatch(torch::kFloat32), Adam(0.01), 2,
+                            1e-5, 1e-6);
 }
 
 // BatchNorm2d in a CNN, training mode with running statistics: the
@@ -283,19 +318,21 @@ TEST(CompiledBatchNorm, TrainingWithRunningStatsWarnsAndMatches) {
   auto running_var = torch::ones({3}, torch::kFloat64);
   LossFunction loss = [&](const TensorList& p, const TensorList& b) {
     auto h = torch::conv2d(b[0], p[0], {}, 1, 1);
-    h = torch::batch_norm(h, p[1], p[2], running_mean, running_var, true, 0.1, 1e-5, false);
+    h = torch::batch_norm(h, p[1], p[2], running_mean, running_var, true, 0.1,
+                          1e-5, false);
     h = torch::max_pool2d(torch::relu(h), {2, 2});
     return torch::mse_loss(h.mean({1}), b[1]);
   };
   torch::manual_seed(7);
-  auto params = Leaves({torch::randn({3, 2, 3, 3}) * 0.5, 1.0 + torch::randn({3}) * 0.1,
-                        torch::randn({3}) * 0.1},
+  auto params = Leaves({torch::randn({3, 2, 3, 3}) * 0.5,
+                        1.0 + torch::randn({3}) * 0.1, torch::randn({3}) * 0.1},
                        torch::kFloat64);
   TensorList batch = {torch::randn({4, 2, 6, 6}, torch::kFloat64),
                       torch::randn({4, 3, 3}, torch::kFloat64)};
   struct Collect : c10::WarningHandler {
     std::vector<std::string> messages;
-    void process(const c10::SourceLocation&, const std::string& msg, bool) override {
+    void process(const c10::SourceLocation&, const std::string& msg,
+                 bool) override {
       messages.push_back(msg);
     }
   } handler;
@@ -306,7 +343,8 @@ TEST(CompiledBatchNorm, TrainingWithRunningStatsWarnsAndMatches) {
     warned = warned || (m.find("batch_norm") != std::string::npos &&
                         m.find("running_mean") != std::string::npos);
   }
-  EXPECT_TRUE(warned) << "training-mode batch_norm with running stats must warn";
+  EXPECT_TRUE(warned)
+      << "training-mode batch_norm with running stats must warn";
   ExpectCompiledEqualsEager(loss, params, batch, Sgd(0.3), 2, 1e-10, 1e-12);
   ExpectCompiledEqualsEager(loss, params, batch, Adam(0.02), 2, 1e-10, 1e-12);
 }
@@ -318,11 +356,13 @@ TEST(CompiledBatchNorm, EvalModeUsesRunningStats) {
   auto running_var = torch::rand({8}, torch::kFloat64) + 0.5;
   LossFunction loss = [&](const TensorList& p, const TensorList& b) {
     auto h = torch::linear(b[0], p[0]);
-    h = torch::batch_norm(h, p[1], p[2], running_mean, running_var, false, 0.1, 1e-3, false);
+    h = torch::batch_norm(h, p[1], p[2], running_mean, running_var, false, 0.1,
+                          1e-3, false);
     return torch::mse_loss(torch::linear(torch::tanh(h), p[3], p[4]), b[1]);
   };
   ExpectCompiledEqualsEager(loss, BatchNormParams(torch::kFloat64),
-                            BatchNormBatch(torch::kFloat64), Sgd(0.2), 3, 1e-10, 1e-12);
+                            BatchNormBatch(torch::kFloat64), Sgd(0.2), 3, 1e-10,
+                            1e-12);
 }
 
 // ------------------------------------------------- decomposition alone
@@ -407,9 +447,11 @@ graph(%x : Double(6, 3), %w : Double(3), %b : Double(3), %rm : Double(3), %rv : 
   auto unsupported = DecomposeToPrimitives(graph);
   ASSERT_TRUE(unsupported.empty()) << unsupported[0];
   torch::manual_seed(10);
-  auto x = torch::randn({6, 3}, torch::kFloat64), w = torch::randn({3}, torch::kFloat64),
+  auto x = torch::randn({6, 3}, torch::kFloat64),
+       w = torch::randn({3}, torch::kFloat64),
        b = torch::randn({3}, torch::kFloat64);
-  auto rm = torch::zeros({3}, torch::kFloat64), rv = torch::ones({3}, torch::kFloat64);
+  auto rm = torch::zeros({3}, torch::kFloat64),
+       rv = torch::ones({3}, torch::kFloat64);
   auto out = runtime::Program(graph).Run({x, w, b, rm, rv, torch::tensor(0)});
   auto expected = torch::batch_norm(x, w, b, {}, {}, true, 0.1, 1e-5, false);
   EXPECT_TRUE(Close(out[0].toTensor(), expected, 1e-12, 1e-12));
@@ -445,17 +487,20 @@ graph(%x : Tensor):
   Value* x = graph->inputs()[0];
   Value* y = graph->outputs()[0];
   torch::jit::WithInsertPoint guard(graph->return_node());
-  Value* seed = graph->insert(torch::jit::Symbol::fromQualString("aten::ones_like"), {y});
+  Value* seed =
+      graph->insert(torch::jit::Symbol::fromQualString("aten::ones_like"), {y});
   try {
     AppendVjp(*graph, {y}, {seed}, {x});
     FAIL() << "expected UnsupportedOp";
   } catch (const UnsupportedOp& e) {
-    EXPECT_NE(std::string(e.what()).find("prim::Tuple"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("prim::Tuple"), std::string::npos)
+        << e.what();
   }
 }
 
 // Decomposing `ir` leaves exactly one op, reported as "<op> (<why>)".
-void ExpectDeclined(const char* ir, const std::string& op, const std::string& why) {
+void ExpectDeclined(const char* ir, const std::string& op,
+                    const std::string& why) {
   auto graph = std::make_shared<torch::jit::Graph>();
   torch::jit::parseIR(ir, graph.get());
   auto unsupported = DecomposeToPrimitives(graph);
