@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cctype>
+#include <optional>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -337,36 +339,71 @@ std::string LlvmHostTarget() {
 }
 
 std::string LlvmCodegenVersions() {
-  return absl::StrCat("metafuse llvm_codegen 1 / llvm ", LLVM_VERSION_STRING);
+  return absl::StrCat("metafuse llvm_codegen 2 (ir + object file) / llvm ",
+                      LLVM_VERSION_STRING);
 }
+
+namespace {
+
+// A cache artifact: "<bytes of IR>\n" + LLVM IR text + object file.
+std::string FrameArtifact(const std::string& ir, const std::string& object) {
+  return absl::StrCat(ir.size(), "\n", ir, object);
+}
+
+bool UnframeArtifact(const std::string& artifact, std::string* ir, std::string* object) {
+  const size_t newline = artifact.find('\n');
+  if (newline == std::string::npos || newline == 0 || newline > 20) return false;
+  size_t ir_size = 0;
+  for (size_t i = 0; i < newline; ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(artifact[i]))) return false;
+    ir_size = ir_size * 10 + (artifact[i] - '0');
+  }
+  if (ir_size > artifact.size() - newline - 1) return false;
+  *ir = artifact.substr(newline + 1, ir_size);
+  *object = artifact.substr(newline + 1 + ir_size);
+  return !object->empty();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<CompiledKernel>> CompiledKernel::Create(
     const Kernel& kernel, KernelCache* cache) {
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<CompiledKernel> ck(new CompiledKernel());
   ck->kernel_ = kernel;
-  if (cache != nullptr) {
-    KernelKey key{kir::Print(kernel), LlvmHostTarget(), LlvmCodegenVersions()};
-    bool built = false;
-    auto ir = cache->GetOrBuild(key, [&] { return PrintLlvmIr(kernel); }, &built);
-    if (!ir.ok()) return ir.status();
-    ck->ir_ = *std::move(ir);
-    ck->cache_hit_ = !built;
-  } else {
-    auto ir = PrintLlvmIr(kernel);
-    if (!ir.ok()) return ir.status();
-    ck->ir_ = *std::move(ir);
-  }
   auto jit = LlvmJit::Create();
   if (!jit.ok()) return jit.status();
   ck->jit_ = *std::move(jit);
   const std::string symbol = LlvmKernelSymbol(kernel);
-  if (absl::Status s = ck->jit_->AddModule(symbol, ck->ir_, &ck->optimized_ir_); !s.ok()) {
-    return s;
+
+  std::optional<KernelKey> key;
+  std::string object;
+  if (cache != nullptr) {
+    key = KernelKey{kir::Print(kernel), LlvmHostTarget(), LlvmCodegenVersions()};
+    if (std::optional<std::string> artifact = cache->Lookup(*key);
+        artifact && UnframeArtifact(*artifact, &ck->ir_, &object)) {
+      if (absl::Status s = ck->jit_->AddObjectFile(symbol, object); !s.ok()) return s;
+      ck->cache_hit_ = true;
+    }
   }
-  auto fn = ck->jit_->Lookup(symbol);
+  if (!ck->cache_hit_) {
+    auto ir = PrintLlvmIr(kernel);
+    if (!ir.ok()) return ir.status();
+    ck->ir_ = *std::move(ir);
+    if (absl::Status s = ck->jit_->AddModule(symbol, ck->ir_, &ck->optimized_ir_); !s.ok()) {
+      return s;
+    }
+  }
+  auto fn = ck->jit_->Lookup(symbol);  // compiles the module on a miss
   if (!fn.ok()) return fn.status();
   ck->fn_ = reinterpret_cast<Fn>(*fn);
+  if (key && !ck->cache_hit_) {
+    auto emitted = ck->jit_->ObjectFile(symbol);
+    if (!emitted.ok()) return emitted.status();
+    if (absl::Status s = cache->Store(*key, FrameArtifact(ck->ir_, *emitted)); !s.ok()) {
+      return s;
+    }
+  }
   ck->compile_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return ck;

@@ -44,8 +44,9 @@ class CompiledKernel {
 
   // JITs `kernel` in a JIT of its own. With a cache, the key is the kernel's
   // printed text + LlvmHostTarget() + LlvmCodegenVersions() and the artifact
-  // is the printed LLVM IR: a hit skips validation and printing (LLVM still
-  // optimizes and compiles the module).
+  // is the printed LLVM IR plus the object file LLVM emitted for the host: a
+  // hit skips validation, printing, optimization and code generation and
+  // only links the object (optimized_ir() is then empty).
   static absl::StatusOr<std::unique_ptr<CompiledKernel>> Create(
       const kir::Kernel& kernel, KernelCache* cache = nullptr);
 

@@ -1,8 +1,12 @@
 #include "runtime/llvm_jit.h"
 
+#include <map>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "llvm/ExecutionEngine/ObjectCache.h"
+#include "llvm/ExecutionEngine/Orc/CompileUtils.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
@@ -38,9 +42,35 @@ void InitializeNativeTargetOnce() {
   });
 }
 
+// Keeps a copy of every object file the JIT emits, by module identifier, so
+// that callers can cache it; never supplies one (loading goes through
+// AddObjectFile).
+class ObjectRecorder : public llvm::ObjectCache {
+ public:
+  void notifyObjectCompiled(const llvm::Module* module,
+                            llvm::MemoryBufferRef object) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    objects_[module->getModuleIdentifier()] = object.getBuffer().str();
+  }
+  std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module*) override {
+    return nullptr;
+  }
+  std::optional<std::string> Find(const std::string& module) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = objects_.find(module);
+    if (it == objects_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::string> objects_;
+};
+
 }  // namespace
 
 struct LlvmJit::Impl {
+  ObjectRecorder objects;  // outlives the JIT that writes to it
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::unique_ptr<llvm::TargetMachine> target_machine;  // for optimization
   std::string host;
@@ -63,7 +93,21 @@ absl::StatusOr<std::unique_ptr<LlvmJit>> LlvmJit::Create() {
         "LLVM could not create a target machine for the host: ",
         ToString(tm.takeError())));
   }
-  auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*jtmb).create();
+  auto impl = std::make_unique<Impl>();
+  ObjectRecorder* recorder = &impl->objects;
+  auto jit =
+      llvm::orc::LLJITBuilder()
+          .setJITTargetMachineBuilder(*jtmb)
+          .setCompileFunctionCreator(
+              [recorder](llvm::orc::JITTargetMachineBuilder builder)
+                  -> llvm::Expected<
+                      std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
+                auto machine = builder.createTargetMachine();
+                if (!machine) return machine.takeError();
+                return std::make_unique<llvm::orc::TMOwningSimpleCompiler>(
+                    std::move(*machine), recorder);
+              })
+          .create();
   if (!jit) {
     return absl::InternalError(
         absl::StrCat("LLVM ORC LLJIT could not be created: ",
@@ -78,7 +122,6 @@ absl::StatusOr<std::unique_ptr<LlvmJit>> LlvmJit::Create() {
                      ToString(process_symbols.takeError())));
   }
   (*jit)->getMainJITDylib().addGenerator(std::move(*process_symbols));
-  auto impl = std::make_unique<Impl>();
   impl->host = absl::StrCat(jtmb->getTargetTriple().str(), " / ",
                             llvm::sys::getHostCPUName().str());
   impl->jit = std::move(*jit);
@@ -140,6 +183,29 @@ absl::Status LlvmJit::AddModule(const std::string& module_name,
                                             "': ", ToString(std::move(err))));
   }
   return absl::OkStatus();
+}
+
+absl::Status LlvmJit::AddObjectFile(const std::string& name,
+                                    const std::string& object) {
+  llvm::Error err = impl_->jit->addObjectFile(
+      llvm::MemoryBuffer::getMemBufferCopy(object, name));
+  if (err) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LLVM could not add object file '", name,
+                     "': ", ToString(std::move(err))));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> LlvmJit::ObjectFile(
+    const std::string& module_name) const {
+  std::optional<std::string> object = impl_->objects.Find(module_name);
+  if (!object) {
+    return absl::NotFoundError(absl::StrCat(
+        "no object file for module '", module_name,
+        "': expected an added module whose symbols were looked up"));
+  }
+  return *std::move(object);
 }
 
 absl::StatusOr<void*> LlvmJit::Lookup(const std::string& symbol) {

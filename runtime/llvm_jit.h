@@ -25,6 +25,14 @@ class LlvmJit {
   absl::Status AddModule(const std::string& module_name, const std::string& ir,
                          std::string* optimized_ir = nullptr);
 
+  // Adds a relocatable object file (one that ObjectFile returned, possibly in
+  // another process on the same host) under `name`.
+  absl::Status AddObjectFile(const std::string& name, const std::string& object);
+
+  // The object file LLVM emitted for module `module_name`. Modules compile
+  // lazily: call it after a Lookup of one of the module's symbols.
+  absl::StatusOr<std::string> ObjectFile(const std::string& module_name) const;
+
   // Address of a function defined by an added module.
   absl::StatusOr<void*> Lookup(const std::string& symbol);
 

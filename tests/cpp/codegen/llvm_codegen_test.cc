@@ -66,6 +66,33 @@ TEST(LlvmCodegen, AdamLoopIsVectorized) {
   }
 }
 
+// The object file LLVM emits for a module can be loaded into another JIT
+// (that is what the kernel cache stores).
+TEST(LlvmCodegen, JitObjectFilesRoundTrip) {
+  kir::Kernel k = AdamKernel();
+  auto ir = PrintLlvmIr(k);
+  ASSERT_TRUE(ir.ok());
+  auto first = LlvmJit::Create();
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE((*first)->AddModule("adam_module", *ir).ok());
+  EXPECT_EQ((*first)->ObjectFile("adam_module").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE((*first)->Lookup(LlvmKernelSymbol(k)).ok());
+  auto object = (*first)->ObjectFile("adam_module");
+  ASSERT_TRUE(object.ok()) << object.status();
+  EXPECT_EQ(object->substr(0, 4), "\x7f" "ELF");
+  auto second = LlvmJit::Create();
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE((*second)->AddObjectFile("adam_object", *object).ok());
+  auto fn = (*second)->Lookup(LlvmKernelSymbol(k));
+  ASSERT_TRUE(fn.ok()) << fn.status();
+  Buffers want(k, 33, 5), got(k, 33, 5);
+  ASSERT_TRUE(kir::Interpret(k, 33, want.in_ptrs, want.out_ptrs, want.scalars).ok());
+  reinterpret_cast<CompiledKernel::Fn>(*fn)(0, 33, const_cast<void* const*>(got.in_ptrs.data()),
+                                            got.out_ptrs.data(), got.scalars.data());
+  for (size_t o = 0; o < 3; ++o) EXPECT_EQ(MaxUlp(k, o, want, got, 33), 0);
+  EXPECT_FALSE((*second)->AddObjectFile("junk", "not an object").ok());
+}
+
 TEST(LlvmCodegen, UlpDistance) {
   EXPECT_EQ(testing::UlpDistance(1.0, std::nextafter(1.0f, 2.0f), DType::kF32), 1);
   EXPECT_EQ(testing::UlpDistance(-0.0, 0.0, DType::kF32), 0);
@@ -134,6 +161,7 @@ TEST(LlvmCodegen, SecondCompileIsACacheHit) {
     auto second = CompiledKernel::Create(AdamKernel(), cache->get());
     ASSERT_TRUE(second.ok());
     EXPECT_TRUE((*second)->cache_hit());
+    EXPECT_TRUE((*second)->optimized_ir().empty());  // nothing was optimized
     EXPECT_EQ((*second)->llvm_ir(), (*first)->llvm_ir());
     EXPECT_EQ((*cache)->stats().misses, 1);
     EXPECT_EQ((*cache)->stats().memory_hits, 1);
