@@ -123,6 +123,13 @@ std::string ExactDouble(double v) {
   return absl::StrFormat("0x%016X", bits);
 }
 
+// Whether v survives a round trip through float32 bit for bit (NaN payloads
+// included: LLVM only accepts float constants it can represent).
+bool IsExactFloat(double v) {
+  const double back = static_cast<double>(static_cast<float>(v));
+  return std::memcmp(&back, &v, sizeof v) == 0;
+}
+
 }  // namespace
 
 absl::Status Validate(const Kernel& k) {
@@ -201,9 +208,7 @@ absl::Status Validate(const Kernel& k) {
         }
         break;
       case Op::kConst:
-        if (n.dtype == DType::kF32 &&
-            static_cast<double>(static_cast<float>(n.value)) != n.value &&
-            !std::isnan(n.value)) {
+        if (n.dtype == DType::kF32 && !IsExactFloat(n.value)) {
           return absl::InvalidArgumentError(absl::StrCat(
               where, " holds ", n.value, ", not exactly a float32; expected the value "
               "rounded to float32 (KernelBuilder::Const rounds it)"));

@@ -44,8 +44,9 @@ TEST(CppCodegen, SystemCompilerMatchesInterpreterAndJit) {
   if (std::system("g++ --version > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "no g++ on PATH";
   }
-  const std::vector<kir::Kernel> kernels = {AllOpsKernel(DType::kF32),
-                                            AllOpsKernel(DType::kF64), AdamKernel()};
+  const std::vector<kir::Kernel> kernels = {
+      AllOpsKernel(DType::kF32), AllOpsKernel(DType::kF64), AdamKernel(),
+      testing::PassThroughKernel(DType::kF32), testing::PassThroughKernel(DType::kF64)};
   std::string source = CppPrelude();
   for (const kir::Kernel& k : kernels) {
     auto body = PrintCppKernel(k);

@@ -98,6 +98,9 @@ TEST(KernelIr, ValidateRejectsBadShapeOfTheKernel) {
   k = Axpy();
   k.nodes[4].value = 0.1;  // the f32 constant, not rounded
   EXPECT_HAS(Validate(k).message(), "not exactly a float32");
+  uint64_t payload = 0x7FF0000000000001ull;  // a NaN float32 cannot hold
+  std::memcpy(&k.nodes[4].value, &payload, 8);
+  EXPECT_HAS(Validate(k).message(), "not exactly a float32");
   KernelBuilder b("k");
   b.Output("out", b.Input("row", DType::kF32, Access::kInner, 0));
   EXPECT_HAS(ErrorOf(b.Build()), "input 'row' reads [i % inner] with inner = 0; expected inner > 0");

@@ -23,8 +23,9 @@ using testing::MaxUlp;
 // sqrt, compares and casts must match exactly; libm calls within 2 ulp (the
 // JIT calls the same libm, so in practice they match exactly too).
 TEST(LlvmCodegen, JitMatchesInterpreter) {
-  for (DType t : {DType::kF32, DType::kF64}) {
-    kir::Kernel k = AllOpsKernel(t);
+  for (kir::Kernel k : {AllOpsKernel(DType::kF32), AllOpsKernel(DType::kF64),
+                        testing::PassThroughKernel(DType::kF32),
+                        testing::PassThroughKernel(DType::kF64)}) {
     auto ck = CompiledKernel::Create(k);
     ASSERT_TRUE(ck.ok()) << ck.status();
     int64_t worst = 0;

@@ -60,6 +60,27 @@ inline kir::Kernel AllOpsKernel(DType t) {
   return *b.Build();
 }
 
+// Outputs that are inputs, broadcasts, scalars and constants themselves (no
+// op in between), an unused input, and a dead node.
+inline kir::Kernel PassThroughKernel(DType t) {
+  kir::KernelBuilder b(t == DType::kF32 ? "pass_f32" : "pass_f64");
+  int x = b.Input("x", t);
+  b.Input("unused", t);
+  int c = b.Input("c", t, Access::kBroadcast);
+  int row = b.Input("row", t, Access::kInner, 3);
+  int s = b.Scalar("s", t);
+  b.Exp(x);  // dead
+  b.Output("copy", x);
+  b.Output("broadcast", c);
+  b.Output("row_out", row);
+  b.Output("scalar", s);
+  b.Output("constant", b.Const(-0.0, t));
+  b.Output("nan", b.Const(std::nan(""), t));
+  b.Output("inf", b.Const(-INFINITY, t));
+  b.Output("pow_one", b.Pow(b.Cast(c, t), 1));
+  return *b.Build();
+}
+
 // Outputs computed with libm calls (exp, log, tanh, pow): compared with a
 // tolerance of 2 ulp; every other output must match exactly.
 inline bool IsTranscendental(const std::string& output) {
