@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/kernel_math.h"
 
 namespace metafuse::runtime::kir {
 
@@ -534,10 +535,10 @@ T Apply(const Node& n, const std::vector<double>& v, DType cmp_dtype) {
     case Op::kCast: return static_cast<T>(v[n.args[0]]);
     case Op::kConst: return static_cast<T>(n.value);
     case Op::kNeg: return -arg(0);
-    case Op::kExp: return std::exp(arg(0));
+    case Op::kExp: return mf_kernel_math::Exp(arg(0));
     case Op::kLog: return std::log(arg(0));
     case Op::kTanh: return std::tanh(arg(0));
-    case Op::kSigmoid: return T(1) / (T(1) + std::exp(-arg(0)));
+    case Op::kSigmoid: return T(1) / (T(1) + mf_kernel_math::Exp(-arg(0)));
     case Op::kRelu: return arg(0) < T(0) ? T(0) : arg(0);
     case Op::kSqrt: return std::sqrt(arg(0));
     case Op::kRsqrt: return T(1) / std::sqrt(arg(0));

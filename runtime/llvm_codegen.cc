@@ -7,6 +7,7 @@
 #include <optional>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/Host.h"
+#include "runtime/kernel_math.h"
 
 namespace metafuse::runtime {
 namespace {
@@ -171,6 +173,70 @@ class Printer {
     return dst;
   }
 
+  // mf_kernel_math::Exp (runtime/kernel_math.h), the same operations in the
+  // same order, so that the JIT agrees with the interpreter bit for bit.
+  template <typename C>
+  void ExpBody(int id, DType t, const std::string& x, const std::string& dst,
+               std::string* out) {
+    const char* T = Ty(t);
+    const char* bits = t == DType::kF32 ? "i32" : "i64";
+    auto lit = [](double v) { return Literal(v); };
+    std::string lo = Fresh(id), hi = Fresh(id), ok = Fresh(id), xs = Fresh(id);
+    absl::StrAppend(out, "  ", lo, " = fcmp oge ", T, " ", x, ", ", lit(C::kMin), "\n");
+    absl::StrAppend(out, "  ", hi, " = fcmp ole ", T, " ", x, ", ", lit(C::kMax), "\n");
+    absl::StrAppend(out, "  ", ok, " = and i1 ", lo, ", ", hi, "\n");
+    absl::StrAppend(out, "  ", xs, " = select i1 ", ok, ", ", T, " ", x, ", ", T, " ",
+                    lit(0.0), "\n");
+    std::string m = Bin("fmul", t, xs, lit(C::kLog2e), Fresh(id), out);
+    std::string a = Bin("fadd", t, m, lit(C::kRound), Fresh(id), out);
+    std::string k = Bin("fsub", t, a, lit(C::kRound), Fresh(id), out);
+    std::string kh = Bin("fmul", t, k, lit(C::kLn2Hi), Fresh(id), out);
+    std::string s1 = Bin("fsub", t, xs, kh, Fresh(id), out);
+    std::string kl = Bin("fmul", t, k, lit(C::kLn2Lo), Fresh(id), out);
+    std::string r = Bin("fsub", t, s1, kl, Fresh(id), out);
+    std::string p = lit(C::kCoeff[C::kDegree]);
+    for (int d = C::kDegree - 1; d >= 0; --d) {
+      std::string pm = Bin("fmul", t, p, r, Fresh(id), out);
+      p = Bin("fadd", t, pm, lit(C::kCoeff[d]), Fresh(id), out);
+    }
+    std::string ki = Fresh(id), k1 = Fresh(id), k2 = Fresh(id);
+    absl::StrAppend(out, "  ", ki, " = fptosi ", T, " ", k, " to i32\n");
+    absl::StrAppend(out, "  ", k1, " = sdiv i32 ", ki, ", 2\n");
+    absl::StrAppend(out, "  ", k2, " = sub i32 ", ki, ", ", k1, "\n");
+    auto pow2 = [&](const std::string& e) {
+      std::string biased = Fresh(id), wide = biased, shifted = Fresh(id), f = Fresh(id);
+      absl::StrAppend(out, "  ", biased, " = add i32 ", e, ", ", C::kBias, "\n");
+      if (t == DType::kF64) {
+        wide = Fresh(id);
+        absl::StrAppend(out, "  ", wide, " = sext i32 ", biased, " to i64\n");
+      }
+      absl::StrAppend(out, "  ", shifted, " = shl ", bits, " ", wide, ", ", C::kMantissa, "\n");
+      absl::StrAppend(out, "  ", f, " = bitcast ", bits, " ", shifted, " to ", T, "\n");
+      return f;
+    };
+    std::string y1 = Bin("fmul", t, p, pow2(k1), Fresh(id), out);
+    std::string y = Bin("fmul", t, y1, pow2(k2), Fresh(id), out);
+    std::string gt = Fresh(id), lt = Fresh(id), t1 = Fresh(id), t2 = Fresh(id);
+    absl::StrAppend(out, "  ", gt, " = fcmp ogt ", T, " ", x, ", ", lit(C::kMax), "\n");
+    absl::StrAppend(out, "  ", lt, " = fcmp olt ", T, " ", x, ", ", lit(C::kMin), "\n");
+    absl::StrAppend(out, "  ", t1, " = select i1 ", lt, ", ", T, " ", lit(0.0), ", ", T, " ",
+                    x, "\n");
+    absl::StrAppend(out, "  ", t2, " = select i1 ", gt, ", ", T, " ",
+                    lit(std::numeric_limits<double>::infinity()), ", ", T, " ", t1, "\n");
+    absl::StrAppend(out, "  ", dst, " = select i1 ", ok, ", ", T, " ", y, ", ", T, " ", t2,
+                    "\n");
+  }
+
+  std::string Exp(int id, DType t, const std::string& x, const std::string& dst,
+                  std::string* out) {
+    if (t == DType::kF32) {
+      ExpBody<mf_kernel_math::ExpConstants<float>>(id, t, x, dst, out);
+    } else {
+      ExpBody<mf_kernel_math::ExpConstants<double>>(id, t, x, dst, out);
+    }
+    return dst;
+  }
+
   void Emit(int id, std::string* out) {
     const Node& n = k_.nodes[id];
     const DType t = n.dtype;
@@ -212,7 +278,7 @@ class Printer {
         absl::StrAppend(out, "  ", dst, " = fneg ", Ty(t), " ", arg(0), "\n");
         name = dst;
         return;
-      case Op::kExp: name = Call(Intrinsic("exp", t), t, arg(0), dst, out); return;
+      case Op::kExp: name = Exp(id, t, arg(0), dst, out); return;
       case Op::kLog: name = Call(Intrinsic("log", t), t, arg(0), dst, out); return;
       case Op::kSqrt: name = Call(Intrinsic("sqrt", t), t, arg(0), dst, out); return;
       case Op::kAbs: name = Call(Intrinsic("fabs", t), t, arg(0), dst, out); return;
@@ -225,7 +291,7 @@ class Printer {
       case Op::kSigmoid: {
         std::string neg = Fresh(id), e = Fresh(id), d = Fresh(id);
         absl::StrAppend(out, "  ", neg, " = fneg ", Ty(t), " ", arg(0), "\n");
-        Call(Intrinsic("exp", t), t, neg, e, out);
+        Exp(id, t, neg, e, out);
         Bin("fadd", t, one, e, d, out);
         name = Bin("fdiv", t, one, d, dst, out);
         return;

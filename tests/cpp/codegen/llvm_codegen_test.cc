@@ -101,6 +101,26 @@ TEST(LlvmCodegen, UlpDistance) {
   EXPECT_EQ(testing::UlpDistance(1.0, std::nextafter(1.0, 0.0), DType::kF64), 1);
 }
 
+// exp and sigmoid are arithmetic (runtime/kernel_math.h), not libm calls, so
+// their loops vectorize too. (Loops with log, tanh or pow stay scalar.)
+TEST(LlvmCodegen, ExpAndSigmoidLoopsAreVectorized) {
+  for (DType t : {DType::kF32, DType::kF64}) {
+    kir::KernelBuilder b("act");
+    int x = b.Input("x", t);
+    b.Output("e", b.Exp(x));
+    b.Output("s", b.Sigmoid(x));
+    auto k = b.Build();
+    ASSERT_TRUE(k.ok());
+    auto ck = CompiledKernel::Create(*k);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    const std::string elem = t == DType::kF32 ? "float" : "double";
+    EXPECT_TRUE(std::regex_search((*ck)->optimized_ir(),
+                                  std::regex("fmul <\\d+ x " + elem + ">")))
+        << (*ck)->optimized_ir();
+    EXPECT_EQ((*ck)->optimized_ir().find("@exp"), std::string::npos);
+  }
+}
+
 TEST(LlvmCodegen, PrintedIrShape) {
   auto ir = PrintLlvmIr(AdamKernel());
   ASSERT_TRUE(ir.ok());

@@ -1,0 +1,86 @@
+// metafuse's exp for kernels: the definition shared by the reference
+// interpreter (runtime/kernel_ir.cc), the printed C++ (runtime/cpp_codegen.cc
+// embeds this file's text in every source it prints) and the LLVM printer
+// (runtime/llvm_codegen.cc emits the same operations in the same order).
+// Unlike a libm call it is branch-free arithmetic, so element loops that use
+// it vectorize; the three back ends agree bit for bit, and it is within 2 ulp
+// of the correctly rounded exp for normal results (tests/cpp/codegen).
+//
+//   k = round-to-nearest-even(x * log2(e))    (the 1.5 * 2^mantissa trick)
+//   r = (x - k * ln2_hi) - k * ln2_lo          (Cody-Waite: k * ln2_hi exact)
+//   p = Taylor polynomial of e^r, Horner       (degree 7 f32, 13 f64)
+//   exp(x) = p * 2^(k/2) * 2^(k - k/2)         (two steps reach subnormals)
+// NaN gives NaN, x above log(max) gives +inf, x below the subnormal range 0.
+//
+// Standalone C++17 (no metafuse or absl includes): it is pasted into
+// generated sources. Build without -ffast-math and without FP contraction.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace mf_kernel_math {
+
+template <typename T>
+struct ExpConstants;
+
+template <>
+struct ExpConstants<float> {
+  using Bits = int32_t;  // same size as the float
+  static constexpr float kMax = 88.72283935546875f;    // above: +inf
+  static constexpr float kMin = -103.972084045410156f;  // below: 0
+  static constexpr float kLog2e = 1.44269502162933349609f;
+  static constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+  static constexpr float kLn2Hi = 0.693359375f;
+  static constexpr float kLn2Lo = -2.12194440e-4f;
+  static constexpr int kBias = 127, kMantissa = 23, kDegree = 7;
+  static constexpr float kCoeff[14] = {1.0f, 1.0f, 1.0f / 2, 1.0f / 6, 1.0f / 24,
+                                       1.0f / 120, 1.0f / 720, 1.0f / 5040};
+};
+
+template <>
+struct ExpConstants<double> {
+  using Bits = int64_t;
+  static constexpr double kMax = 709.782712893383973096;
+  static constexpr double kMin = -745.133219101941108420;
+  static constexpr double kLog2e = 1.44269504088896338700;
+  static constexpr double kRound = 6755399441055744.0;  // 1.5 * 2^52
+  static constexpr double kLn2Hi = 6.93147180369123816490e-01;
+  static constexpr double kLn2Lo = 1.90821492927058770002e-10;
+  static constexpr int kBias = 1023, kMantissa = 52, kDegree = 13;
+  static constexpr double kCoeff[14] = {
+      1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040,
+      1.0 / 40320, 1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800,
+      1.0 / 479001600, 1.0 / 6227020800};
+};
+
+// 2^m for m in the normal exponent range, by building the bits.
+template <typename T>
+inline T Pow2(int32_t m) {
+  using C = ExpConstants<T>;
+  const typename C::Bits bits = static_cast<typename C::Bits>(m + C::kBias) << C::kMantissa;
+  T out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+template <typename T>
+inline T Exp(T x) {
+  using C = ExpConstants<T>;
+  // Out-of-range and NaN inputs are computed on 0 and replaced at the end,
+  // so every lane runs the same arithmetic.
+  const bool in_range = x >= C::kMin && x <= C::kMax;
+  const T xs = in_range ? x : T(0);
+  const T k = (xs * C::kLog2e + C::kRound) - C::kRound;
+  const T r = (xs - k * C::kLn2Hi) - k * C::kLn2Lo;
+  T p = C::kCoeff[C::kDegree];
+  for (int d = C::kDegree - 1; d >= 0; --d) p = p * r + C::kCoeff[d];
+  const int32_t ki = static_cast<int32_t>(k);
+  const int32_t k1 = ki / 2;
+  const T y = p * Pow2<T>(k1) * Pow2<T>(ki - k1);
+  const T inf = std::numeric_limits<T>::infinity();
+  return in_range ? y : (x > C::kMax ? inf : (x < C::kMin ? T(0) : x));
+}
+
+}  // namespace mf_kernel_math
