@@ -5,9 +5,9 @@
 // (the same entry point as runtime/llvm_codegen.h) whose element loop is a
 // `#pragma omp parallel for simd`. It needs only <cmath> and <cstdint>.
 //
-// Compile it without fast-math and without FP contraction (g++ -O2 -fopenmp
-// -ffp-contract=off -shared -fPIC) to get the interpreter's results bit for
-// bit (up to libm); -ffast-math trades that for speed.
+// Compile it with kCppCompileFlags (no fast-math, no FP contraction) to get
+// the interpreter's results bit for bit (up to libm) from vectorized loops;
+// -ffast-math trades that for speed.
 #pragma once
 
 #include <string>
@@ -16,6 +16,13 @@
 #include "runtime/kernel_ir.h"
 
 namespace metafuse::runtime {
+
+// Flags for g++/clang++ (after -shared -fPIC for a loadable artifact):
+// -fno-math-errno and -fno-trapping-math let the loops with sqrt, compares
+// and exp vectorize and change no result; -ffp-contract=off keeps every
+// rounding of the interpreter.
+inline constexpr char kCppCompileFlags[] =
+    "-std=c++17 -O2 -fopenmp -ffp-contract=off -fno-math-errno -fno-trapping-math";
 
 // The includes every printed kernel needs; print it once per source file.
 std::string CppPrelude();
