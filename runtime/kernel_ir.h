@@ -15,8 +15,10 @@
 //   - outputs, each a buffer of the producing node's dtype written at out[i].
 //
 // Semantics are those of a scalar C++ loop, op by op, with no fast-math: every
-// op rounds to its own dtype, nothing is contracted into an FMA. The reference
-// interpreter (Interpret) defines them; both printers must agree with it.
+// op rounds to its own dtype, nothing is contracted into an FMA. exp (and the
+// exp inside sigmoid) is mf_kernel_math::Exp (runtime/kernel_math.h); log,
+// tanh and pow with a general exponent are libm's. The reference interpreter
+// (Interpret) defines them; both printers must agree with it.
 #pragma once
 
 #include <cstdint>

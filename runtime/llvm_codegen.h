@@ -8,8 +8,9 @@
 // internal always-inline body whose buffer parameters are noalias, so after
 // inlining the loop vectorizer sees independent buffers and vectorizes for
 // the host's vector width without runtime alias checks. No fast-math flags:
-// results match the reference interpreter (kernel_ir.h) bit for bit, up to
-// libm (exp, log, tanh, pow call the process's libm, as the interpreter does).
+// results match the reference interpreter (kernel_ir.h) bit for bit: exp is
+// runtime/kernel_math.h's arithmetic in both, and log, tanh and pow call the
+// process's libm, as the interpreter does.
 #pragma once
 
 #include <cstdint>
