@@ -87,7 +87,7 @@ def run(iterations, inner_name, seed=0):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--iterations", type=int, default=60)
+    parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--plot", default="maml_sinusoid_curve.png")
     parser.add_argument("--inner", choices=sorted(INNER), default="sgd",
                         help="inner-loop MetaOptimizer (default: sgd, as MAML)")
