@@ -5,14 +5,19 @@ metafuse.Adam (1e-3), float32, 1 thread. Variants, alternating meta-steps
 in one run from the same weights and tasks:
   - eager: metafuse.MetaSGD on the nn.Module (the eager path of issue 5)
   - compiled: metafuse.compile_inner_loop (no fusion yet)
-Also reports the one-time compile latency (trace + passes + lowering).
+Also reports the one-time compile latency (trace + passes + lowering) and the
+peak resident memory of each variant, each in a fresh process.
 
     /usr/bin/python3 bench/maml_compiled.py [--iterations N]
 """
 
 import argparse
+import json
 import math
+import resource
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -70,10 +75,42 @@ def compiled_step(net, outer, adapt, tasks):
     return total
 
 
+def peak_memory(variant, iterations):
+    """Peak resident memory (MiB) of a fresh process running `iterations`
+    meta-steps of one variant: the two never share a process."""
+    out = subprocess.run([sys.executable, __file__, "--memory-child", variant,
+                          "--iterations", str(iterations)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"]
+
+
+def memory_child(variant, iterations):
+    torch.set_num_threads(1)
+    net = make_net()
+    outer = mf.Adam(net.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(1)
+    if variant == "compiled":
+        def loss_fn(p, x, y):
+            return torch.nn.functional.mse_loss(mf.functional_call(net, p, x), y)
+        adapt = mf.compile_inner_loop(loss_fn, mf.sgd(INNER_LR), steps=INNER_STEPS)
+        for _ in range(iterations):
+            compiled_step(net, outer, adapt, sample_tasks(generator))
+    else:
+        for _ in range(iterations):
+            eager_step(net, outer, sample_tasks(generator))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"peak_mib": peak}))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--memory-child", choices=["eager", "compiled"],
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_child:
+        memory_child(args.memory_child, args.iterations)
+        return
     torch.set_num_threads(1)
     eager_net, compiled_net = make_net(), make_net()
     eager_outer = mf.Adam(eager_net.parameters(), lr=1e-3)
@@ -111,6 +148,9 @@ def main():
     print(f"  one-time compile latency   : {compile_seconds * 1e3:8.1f} ms")
     print(f"  first meta-step loss agrees to {first:.1e} relative; final losses "
           f"eager {eager_losses[-1]:.4f}, compiled {compiled_losses[-1]:.4f}")
+    eager_peak, compiled_peak = peak_memory("eager", 5), peak_memory("compiled", 5)
+    print(f"  peak RSS, fresh process, 5 meta-steps: eager {eager_peak:.1f} MiB, "
+          f"compiled {compiled_peak:.1f} MiB")
 
 
 if __name__ == "__main__":
