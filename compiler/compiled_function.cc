@@ -7,6 +7,7 @@
 
 #include "compiler/autodiff.h"
 #include "compiler/decompose.h"
+#include "compiler/eliminate_optimizer_backward.h"
 #include "compiler/grad_marker.h"
 #include "compiler/lower_broadcast.h"
 #include "compiler/lower_optimizer_ops.h"
@@ -78,6 +79,7 @@ void PrepareCapturedGraph(const std::shared_ptr<torch::jit::Graph>& graph,
     names += (names.empty() ? "" : ", ") + name;
   }
   if (!names.empty()) throw UnsupportedOp(names);
+  EliminateOptimizerBackwardStage(graph, log);  // before any differentiation
   ExpandGradMarkers(graph);
   CleanUp(graph);
   if (log) log->Record("decomposed", *graph);
