@@ -29,7 +29,7 @@ struct ProgramNode : public torch::autograd::Function<ProgramNode> {
                                at::TensorList inputs) {
     const CompiledFunction& fn = *holder->function;
     std::vector<c10::IValue> in(inputs.begin(), inputs.end());
-    std::vector<c10::IValue> out = fn.forward_program().Run(std::move(in));
+    std::vector<c10::IValue> out = fn.forward().Run(std::move(in));
     variable_list results;
     for (int64_t i = 0; i < fn.num_outputs(); ++i) results.push_back(out[i].toTensor());
     c10::impl::GenericList saved(c10::AnyType::get());
@@ -52,7 +52,7 @@ struct ProgramNode : public torch::autograd::Function<ProgramNode> {
       in.push_back(cotangents[i].defined() ? cotangents[i]
                                            : at::zeros_like(outputs.get(i)));
     }
-    std::vector<c10::IValue> grads = fn.backward_program().Run(std::move(in));
+    std::vector<c10::IValue> grads = fn.backward().Run(std::move(in));
     const int64_t num_inputs = ctx->saved_data["num_inputs"].toInt();
     variable_list result(1 + num_inputs);  // [holder], then one per input
     const auto& diff = fn.differentiable_inputs();
@@ -90,15 +90,21 @@ std::shared_ptr<CompiledFunction> CompiledFunction::Build(
     const std::vector<int64_t>& differentiable_inputs, StageLog* log) {
   auto fn = std::shared_ptr<CompiledFunction>(new CompiledFunction());
   fn->split_ = BuildMetaBackward(program, differentiable_inputs, log);
-  fn->forward_ = std::make_unique<runtime::Program>(fn->split_.forward, "forward");
-  fn->backward_ = std::make_unique<runtime::Program>(fn->split_.backward, "backward");
+  fn->forward_ = std::make_unique<SpecializingProgram>(fn->split_.forward, "forward", log);
+  fn->backward_ =
+      std::make_unique<SpecializingProgram>(fn->split_.backward, "backward", log);
   return fn;
+}
+
+void CompiledFunction::set_fusion(bool enabled) {
+  forward_->set_fusion(enabled);
+  backward_->set_fusion(enabled);
 }
 
 std::vector<at::Tensor> CompiledFunction::operator()(
     const std::vector<at::Tensor>& inputs) const {
-  TORCH_CHECK(inputs.size() == forward_->num_inputs(), "compiled function takes ",
-              forward_->num_inputs(), " tensors, got ", inputs.size());
+  TORCH_CHECK(inputs.size() == forward_->generic().num_inputs(), "compiled function takes ",
+              forward_->generic().num_inputs(), " tensors, got ", inputs.size());
   auto holder = c10::make_intrusive<Holder>();
   holder->function = shared_from_this();
   return ProgramNode::apply(holder, at::TensorList(inputs));

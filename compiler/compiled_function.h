@@ -10,6 +10,7 @@
 
 #include "compiler/inner_loop.h"
 #include "compiler/ir_dump.h"
+#include "compiler/specializing_program.h"
 #include "runtime/program.h"
 
 namespace metafuse::compiler {
@@ -26,8 +27,14 @@ class CompiledFunction : public std::enable_shared_from_this<CompiledFunction> {
   // the compiled backward.
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) const;
 
-  const runtime::Program& forward_program() const { return *forward_; }
-  const runtime::Program& backward_program() const { return *backward_; }
+  // The generic (unspecialized, unfused) programs.
+  const runtime::Program& forward_program() const { return forward_->generic(); }
+  const runtime::Program& backward_program() const { return backward_->generic(); }
+  // What runs: specialized to the input shapes and fused on first use.
+  const SpecializingProgram& forward() const { return *forward_; }
+  const SpecializingProgram& backward() const { return *backward_; }
+  // Fusion on (default) or off (the generic programs run), both programs.
+  void set_fusion(bool enabled);
   int64_t num_outputs() const { return split_.num_outputs; }
   const std::vector<int64_t>& differentiable_inputs() const {
     return split_.differentiable_inputs;
@@ -36,7 +43,7 @@ class CompiledFunction : public std::enable_shared_from_this<CompiledFunction> {
  private:
   CompiledFunction() = default;
   SplitProgram split_;
-  std::unique_ptr<runtime::Program> forward_, backward_;
+  std::unique_ptr<SpecializingProgram> forward_, backward_;
 };
 
 // The passes every captured graph goes through before differentiation:

@@ -33,6 +33,7 @@ class CompiledInnerLoop {
   const runtime::Program& forward_program() const { return function_->forward_program(); }
   const runtime::Program& backward_program() const { return function_->backward_program(); }
   const StageLog& stages() const { return stages_; }
+  CompiledFunction& function() const { return *function_; }
   const InnerLoopLayout& layout() const { return layout_; }
 
  private:

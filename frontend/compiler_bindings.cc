@@ -124,6 +124,49 @@ std::pair<py::tuple, std::vector<c10::IValue>> CountProgram(
   return {py::make_tuple(nodes, flops), std::move(out)};
 }
 
+py::dict ReportDict(const SpecializationReport& r) {
+  py::dict d;
+  d["nodes_before"] = r.nodes_before;
+  d["nodes_specialized"] = r.nodes_specialized;
+  d["nodes_after"] = r.nodes_after;
+  d["shape_queries_folded"] = r.shape_queries_folded;
+  d["identities_removed"] = r.identities_removed;
+  d["fusion_groups"] = r.fusion_groups;
+  d["fused_nodes"] = r.fused_nodes;
+  d["horizontal_nodes"] = r.horizontal_nodes;
+  d["horizontal_segments"] = r.horizontal_segments;
+  d["planned_reuses"] = r.planned_reuses;
+  d["instructions"] = r.instructions;
+  d["seconds"] = r.seconds;
+  d["fallback"] = r.fallback;
+  return d;
+}
+
+// set_fusion / fusion_report / fused_listing for a class holding a
+// CompiledFunction (reached through `get`).
+template <typename Class, typename Get>
+void BindFusionMethods(Class& cls, Get get) {
+  cls.def("set_fusion", [get](const typename Class::type& self, bool enabled) {
+       get(self).set_fusion(enabled);
+     }, py::arg("enabled"))
+      .def("fusion", [get](const typename Class::type& self) {
+        return get(self).forward().fusion();
+      })
+      .def("fusion_report", [get](const typename Class::type& self) {
+        py::dict d;
+        d["forward"] = ReportDict(get(self).forward().report());
+        d["backward"] = ReportDict(get(self).backward().report());
+        return d;
+      })
+      .def("fused_listing", [get](const typename Class::type& self) {
+        auto listing = [](const runtime::Program* p) {
+          return p ? p->Listing() : std::string();
+        };
+        return py::make_tuple(listing(get(self).forward().specialized()),
+                              listing(get(self).backward().specialized()));
+      });
+}
+
 }  // namespace
 
 void BindCompiler(py::module_& parent) {
@@ -138,8 +181,11 @@ void BindCompiler(py::module_& parent) {
     }
   });
 
-  py::class_<CompiledInnerLoop, std::shared_ptr<CompiledInnerLoop>>(m, "CompiledInnerLoop")
-      .def("__call__", &CompiledInnerLoop::operator(), py::arg("inputs"))
+  py::class_<CompiledInnerLoop, std::shared_ptr<CompiledInnerLoop>> inner_loop(
+      m, "CompiledInnerLoop");
+  BindFusionMethods(inner_loop,
+                    [](const CompiledInnerLoop& l) -> CompiledFunction& { return l.function(); });
+  inner_loop.def("__call__", &CompiledInnerLoop::operator(), py::arg("inputs"))
       .def("stages",
            [](const CompiledInnerLoop& loop) { return loop.stages().stages(); })
       .def_property_readonly("forward_instructions", [](const CompiledInnerLoop& l) {
@@ -161,9 +207,12 @@ void BindCompiler(py::module_& parent) {
       .def_readonly("chrome_trace", &ProfileHandle::trace)
       .def_readonly("num_events", &ProfileHandle::num_events);
 
-  py::class_<CompiledUserFunction, std::shared_ptr<CompiledUserFunction>>(
-      m, "CompiledFunction")
-      .def("__call__",
+  py::class_<CompiledUserFunction, std::shared_ptr<CompiledUserFunction>> user_function(
+      m, "CompiledFunction");
+  BindFusionMethods(user_function, [](const CompiledUserFunction& f) -> CompiledFunction& {
+    return *f.function;
+  });
+  user_function.def("__call__",
            [](const CompiledUserFunction& f, const std::vector<at::Tensor>& inputs) {
              return (*f.function)(inputs);
            })
@@ -194,6 +243,27 @@ void BindCompiler(py::module_& parent) {
       .def_property_readonly("backward_instructions", [](const CompiledUserFunction& f) {
         return f.function->backward_program().num_instructions();
       });
+
+  // Runs `graph` through SpecializingProgram (specialize, fuse, plan, JIT)
+  // or the generic program; `runs` times, returning the last outputs and
+  // the specialization report. For tests and debugging of the passes.
+  m.def(
+      "run_specialized",
+      [](const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<at::Tensor>& inputs,
+         bool fusion, int64_t runs) {
+        StageLog log;
+        SpecializingProgram program(graph->copy(), "program", &log);
+        program.set_fusion(fusion);
+        std::vector<c10::IValue> out;
+        for (int64_t r = 0; r < runs; ++r) {
+          out = program.Run(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
+        }
+        std::vector<at::Tensor> tensors;
+        for (const auto& v : out) tensors.push_back(v.toTensor());
+        std::string fused = log.stages().empty() ? "" : log.stages().back().second;
+        return py::make_tuple(tensors, ReportDict(program.report()), fused);
+      },
+      py::arg("graph"), py::arg("inputs"), py::arg("fusion") = true, py::arg("runs") = 1);
 
   m.def(
       "compile_function",

@@ -57,8 +57,9 @@ torch::jit::Operation OperationOf(Node* node) {
 
 }  // namespace
 
-Program::Program(const std::shared_ptr<torch::jit::Graph>& graph, std::string label)
-    : label_(std::move(label)) {
+Program::Program(const std::shared_ptr<torch::jit::Graph>& graph, std::string label,
+                 const OperationFactory& factory)
+    : graph_(graph), label_(std::move(label)) {
   std::unordered_map<const Value*, int> reg;
   auto allocate = [&](const Value* v) {
     reg[v] = num_registers_;
@@ -74,8 +75,12 @@ Program::Program(const std::shared_ptr<torch::jit::Graph>& graph, std::string la
       continue;
     }
     Instruction ins;
-    ins.name = node->kind().toQualString();
-    ins.op = OperationOf(node);
+    ins.node = node;
+    if (factory) ins.op = factory(node);
+    if (!ins.op) ins.op = OperationOf(node);
+    // A factory may name what it made (e.g. the fused kernel it launches).
+    ins.name = node->hasAttribute(torch::jit::attr::name) ? node->s(torch::jit::attr::name)
+                                                          : node->kind().toQualString();
     for (const Value* in : node->inputs()) ins.inputs.push_back(reg.at(in));
     for (const Value* out : node->outputs()) ins.outputs.push_back(allocate(out));
     code_.push_back(std::move(ins));
@@ -96,9 +101,23 @@ Program::Program(const std::shared_ptr<torch::jit::Graph>& graph, std::string la
   for (int r = 0; r < num_registers_; ++r) {
     if (!keep[r] && last_use[r] >= 0) code_[last_use[r]].release.push_back(r);
   }
+  // A released register is moved into its last read (the last position if
+  // the instruction reads it twice).
+  for (Instruction& ins : code_) {
+    ins.move.assign(ins.inputs.size(), false);
+    for (int r : ins.release) {
+      for (size_t k = ins.inputs.size(); k-- > 0;) {
+        if (ins.inputs[k] == r) {
+          ins.move[k] = true;
+          break;
+        }
+      }
+    }
+  }
 }
 
-std::vector<c10::IValue> Program::Run(std::vector<c10::IValue> inputs) const {
+std::vector<c10::IValue> Program::Run(std::vector<c10::IValue> inputs,
+                                      const Observer& observer) const {
   TORCH_CHECK(inputs.size() == input_registers_.size(), "compiled program takes ",
               input_registers_.size(), " inputs, got ", inputs.size());
   // The program is differentiated symbolically; the autograd engine has no
@@ -114,7 +133,13 @@ std::vector<c10::IValue> Program::Run(std::vector<c10::IValue> inputs) const {
   for (size_t index = 0; index < code_.size(); ++index) {
     const Instruction& ins = code_[index];
     stack.clear();
-    for (int r : ins.inputs) stack.push_back(registers[r]);
+    for (size_t k = 0; k < ins.inputs.size(); ++k) {
+      if (ins.move[k]) {
+        stack.push_back(std::move(registers[ins.inputs[k]]));
+      } else {
+        stack.push_back(registers[ins.inputs[k]]);
+      }
+    }
     if (profile != nullptr) {
       const auto start = std::chrono::steady_clock::now();
       ins.op(stack);
@@ -125,6 +150,7 @@ std::vector<c10::IValue> Program::Run(std::vector<c10::IValue> inputs) const {
     }
     TORCH_CHECK(stack.size() == ins.outputs.size(), "metafuse runtime: ", ins.name,
                 " returned ", stack.size(), " values, expected ", ins.outputs.size());
+    if (observer) observer(ins.node, stack.data(), stack.size());
     for (size_t k = 0; k < ins.outputs.size(); ++k) {
       registers[ins.outputs[k]] = std::move(stack[k]);
     }

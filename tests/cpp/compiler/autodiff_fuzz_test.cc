@@ -7,7 +7,10 @@
 //   (b) first order: AppendVjp (cotangent v) against torch::autograd::grad,
 //   (c) second order: AppendVjp applied to the graph that already holds the
 //       first one, differentiating <grad, u>, against autograd's double
-//       backward.
+//       backward,
+//   (d) all of it again through SpecializingProgram: shape specialization,
+//       vertical and horizontal fusion, buffer planning and LLVM-compiled
+//       kernels, against the unfused program (first and cached runs).
 // The eager reference evaluates each node's own operator (the dispatcher,
 // autograd on) while the graph is built, so it is the op's ATen semantics,
 // before decomposition. Domain-restricted ops get safe operands (log and
@@ -25,6 +28,7 @@
 
 #include "compiler/autodiff.h"
 #include "compiler/decompose.h"
+#include "compiler/specializing_program.h"
 #include "runtime/program.h"
 
 namespace metafuse::compiler {
@@ -674,6 +678,7 @@ at::Tensor OrZeros(const at::Tensor& t, const at::Tensor& like) {
 
 struct FuzzStats {
   int programs = 0, skipped = 0, failed = 0;
+  int64_t fusion_groups = 0, fused_nodes = 0, horizontal = 0;
   std::map<std::string, int> ops;         // after decomposition
   std::map<std::string, int> source_ops;  // as generated
 };
@@ -791,6 +796,31 @@ bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make,
       ADD_FAILURE() << context << result.message() << "\n" << *graph;
     }
   };
+  // (d) The fused program computes what the unfused one does.
+  try {
+    StageLog log;
+    SpecializingProgram fused(graph->copy(), "fuzz", &log);
+    fused.set_fusion(true);
+    for (const char* run : {"first fused run", "cached fused run"}) {
+      std::vector<c10::IValue> got = fused.Run(inputs);
+      for (size_t k = 0; k < results.size() && ok; ++k) {
+        check(got[k].toTensor(), results[k].toTensor(),
+              std::string(run) + ", output " + std::to_string(k));
+      }
+      if (!ok) ADD_FAILURE() << "fused:\n" << log.stages().back().second;
+    }
+    const SpecializationReport report = fused.report();
+    if (!report.fallback.empty()) {
+      ok = false;
+      ADD_FAILURE() << context << "fusion fell back: " << report.fallback;
+    }
+    stats.fusion_groups += report.fusion_groups;
+    stats.fused_nodes += report.fused_nodes;
+    stats.horizontal += report.horizontal_nodes;
+  } catch (const c10::Error& e) {
+    ok = false;
+    ADD_FAILURE() << context << "fused runtime error: " << e.what_without_backtrace();
+  }
   check(results[0].toTensor(), out_eager.detach(), "value");
   for (size_t i = 0; i < leaves.size() && ok; ++i) {
     check(results[1 + i].toTensor(), OrZeros(first[i], leaves[i]),
@@ -877,9 +907,14 @@ TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
     primitive << op << ":" << count << " ";
   std::cout << "fuzzed " << stats.programs << " programs (" << stats.skipped
             << " skipped)\ngenerated ops: " << generated.str()
-            << "\nops after decomposition: " << primitive.str() << "\n";
+            << "\nops after decomposition: " << primitive.str()
+            << "\nfusion: " << stats.fusion_groups << " groups of " << stats.fused_nodes
+            << " ops, " << stats.horizontal << " horizontal merges\n";
   EXPECT_EQ(stats.failed, 0);
   EXPECT_GE(stats.programs, kElementwisePrograms * 9 / 10);
+  // The fused side really fused: elementwise chains and their derivatives.
+  EXPECT_GE(stats.fusion_groups, kElementwisePrograms);
+  EXPECT_GT(stats.horizontal, 0);
   // Every kind of op the generator knows was generated (none silently
   // dropped by schema matching or by eager).
   for (const char* op : {"aten::add",         "aten::sub",

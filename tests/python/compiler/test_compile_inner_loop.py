@@ -55,6 +55,16 @@ def assert_trees_close(a, b, dtype):
         torch.testing.assert_close(a[ka], b[kb], **TOL[dtype])
 
 
+def float64_meta_gradients(tx):
+    net = make_net(torch.float64)
+    loss_fn = mse_loss_fn(net)
+    xs, ys, xq, yq = task(torch.float64)
+    adapt = mf.compile_inner_loop(loss_fn, tx, steps=5)
+    params = params_of(net)
+    eager = adapt._eager(params, (xs, ys))
+    return torch.autograd.grad(loss_fn(eager, xq, yq), list(params.values()))
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_mlp_matches_eager_and_hand_unrolled(dtype, optimizer):
@@ -75,8 +85,19 @@ def test_mlp_matches_eager_and_hand_unrolled(dtype, optimizer):
     eager_meta = torch.autograd.grad(eager_loss, list(params.values()))
     assert_trees_close(fast, eager, dtype)
     torch.testing.assert_close(meta_loss, eager_loss, **TOL[dtype])
-    for a, b in zip(meta, eager_meta):
-        torch.testing.assert_close(a, b, **TOL[dtype])
+    if dtype == torch.float32 and optimizer == "adam":
+        # Adam's normalized step amplifies rounding: float32 meta-gradients
+        # (eager or compiled, fused kernels round exp/tanh/sqrt their own
+        # way) are ~3e-5 off the float64 truth. The compiled ones must be
+        # as accurate as eager's.
+        truth = float64_meta_gradients(tx)
+        for a, b, t in zip(meta, eager_meta, truth):
+            compiled_error = float((a.double() - t).abs().max())
+            eager_error = float((b.double() - t).abs().max())
+            assert compiled_error <= 2 * eager_error + 1e-6, (compiled_error, eager_error)
+    else:
+        for a, b in zip(meta, eager_meta):
+            torch.testing.assert_close(a, b, **TOL[dtype])
     if optimizer == "sgd":
         hand = hand_unrolled_sgd(loss_fn, params, xs, ys, 0.05, 5)
         hand_meta = torch.autograd.grad(loss_fn(hand, xq, yq), list(params.values()))

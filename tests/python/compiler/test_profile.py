@@ -1,5 +1,6 @@
 """metafuse.profile: every runtime instruction of the compiled forward and
-meta-backward is timed; table and Chrome trace."""
+meta-backward is timed, fused and unfused side by side; table and Chrome
+trace."""
 
 import json
 
@@ -21,8 +22,18 @@ def test_profile_times_every_instruction(tmp_path):
     trace = tmp_path / "trace.json"
     result = mf.profile(adapt, w, x, trace_path=str(trace), quiet=True)
     program = next(iter(adapt._programs.values()))
-    assert result.num_events == program.forward_instructions + program.backward_instructions
+    # Unfused: the generic programs; fused: the specialized ones, fewer.
+    assert result.unfused_num_events == (program.forward_instructions +
+                                         program.backward_instructions)
+    report = program.fusion_report()
+    assert result.num_events == (report["forward"]["instructions"] +
+                                 report["backward"]["instructions"])
+    assert result.num_events < result.unfused_num_events
     assert "aten::mm" in result.summary and "backward" in result.summary
+    assert "fused_" in result.summary and "fused_" not in result.unfused_summary
+    assert result.fused_us > 0 and result.unfused_us > 0
+    assert "versus" in repr(result)
+    assert program.fusion()  # left as it was
     events = json.loads(trace.read_text())["traceEvents"]
     assert len(events) == result.num_events
     assert {e["cat"] for e in events} == {"forward", "backward"}

@@ -1,0 +1,351 @@
+#include "compiler/lower_fusion_group.h"
+
+#include <cstdio>
+#include <unordered_map>
+#include <variant>
+
+#include <torch/csrc/jit/ir/constants.h>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/fusion_group.h"
+#include "compiler/specialize_shapes.h"
+
+namespace metafuse::compiler {
+
+using torch::jit::Node;
+using torch::jit::Value;
+namespace aten = torch::jit::aten;
+namespace kir = runtime::kir;
+
+namespace {
+
+bool IsNumber(const Value* v) {
+  const auto kind = v->type()->kind();
+  return kind == c10::TypeKind::FloatType || kind == c10::TypeKind::IntType;
+}
+bool IsFloat(c10::ScalarType t) { return t == at::kFloat || t == at::kDouble; }
+
+bool IsConstantNone(const Value* v) {
+  return v->node()->kind() == torch::jit::prim::Constant && v->type()->kind() == c10::TypeKind::NoneType;
+}
+
+std::optional<double> ConstantNumber(const Value* v) {
+  if (v->node()->kind() != torch::jit::prim::Constant) return std::nullopt;
+  auto iv = torch::jit::toIValue(v);
+  if (!iv) return std::nullopt;
+  if (iv->isDouble()) return iv->toDouble();
+  if (iv->isInt()) return static_cast<double>(iv->toInt());
+  return std::nullopt;
+}
+
+enum class Form { kUnary, kBinary, kBinaryAlpha, kPowScalar, kCompare, kWhere, kTypeAs,
+                  kExpand, kLike };
+
+std::optional<Form> FormOf(const Node* node) {
+  static const std::unordered_map<c10::Symbol, Form> forms = {
+      {aten::neg, Form::kUnary},     {aten::exp, Form::kUnary},
+      {aten::log, Form::kUnary},     {aten::tanh, Form::kUnary},
+      {aten::sigmoid, Form::kUnary}, {aten::relu, Form::kUnary},
+      {aten::sqrt, Form::kUnary},    {aten::rsqrt, Form::kUnary},
+      {aten::abs, Form::kUnary},     {aten::mul, Form::kBinary},
+      {aten::div, Form::kBinary},    {aten::add, Form::kBinaryAlpha},
+      {aten::sub, Form::kBinaryAlpha}, {aten::rsub, Form::kBinaryAlpha},
+      {aten::pow, Form::kPowScalar}, {aten::gt, Form::kCompare},
+      {aten::lt, Form::kCompare},    {aten::ge, Form::kCompare},
+      {aten::le, Form::kCompare},    {aten::eq, Form::kCompare},
+      {aten::where, Form::kWhere},   {aten::type_as, Form::kTypeAs},
+      {aten::expand, Form::kExpand}, {aten::zeros_like, Form::kLike},
+      {aten::ones_like, Form::kLike},
+  };
+  auto it = forms.find(node->kind());
+  if (it == forms.end()) return std::nullopt;
+  return it->second;
+}
+
+c10::ScalarType DTypeOf(const Value* v) { return *CompleteTensorType(v)->scalarType(); }
+
+kir::DType KirType(c10::ScalarType t) {
+  return t == at::kDouble ? kir::DType::kF64 : kir::DType::kF32;
+}
+
+}  // namespace
+
+std::optional<BroadcastAccess> ClassifyBroadcast(c10::IntArrayRef sizes,
+                                                 c10::IntArrayRef loop) {
+  const int64_t rank = static_cast<int64_t>(loop.size());
+  const int64_t offset = rank - static_cast<int64_t>(sizes.size());
+  std::vector<int64_t> s(loop.size(), 1);  // sizes left-padded with ones
+  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
+    if (d + offset < 0) {
+      if (sizes[d] != 1) return std::nullopt;
+      continue;
+    }
+    if (sizes[d] != loop[d + offset] && sizes[d] != 1) return std::nullopt;
+    s[d + offset] = sizes[d];
+  }
+  int64_t numel = 1, loop_numel = 1;
+  for (int64_t d = 0; d < rank; ++d) numel *= s[d], loop_numel *= loop[d];
+  if (numel == loop_numel) return BroadcastAccess{kir::Access::kElement, 1};
+  if (numel == 1) return BroadcastAccess{kir::Access::kBroadcast, 1};
+  // Inner: ones, then the loop's trailing dims.
+  int64_t k = rank;
+  while (k > 0 && s[k - 1] == loop[k - 1]) --k;
+  bool ones = true;
+  for (int64_t d = 0; d < k; ++d) ones = ones && s[d] == 1;
+  if (ones) return BroadcastAccess{kir::Access::kInner, numel};
+  // Outer: the loop's leading dims, then ones.
+  int64_t m = 0;
+  while (m < rank && s[m] == loop[m]) ++m;
+  int64_t inner = 1;
+  for (int64_t d = m; d < rank; ++d) {
+    if (s[d] != 1) return std::nullopt;
+    inner *= loop[d];
+  }
+  return BroadcastAccess{kir::Access::kOuter, inner};
+}
+
+bool IsFusibleComparison(const Node* node) {
+  auto form = FormOf(node);
+  return form && *form == Form::kCompare && IsFusibleNode(node);
+}
+
+bool IsFusibleNode(const Node* node) {
+  auto form = FormOf(node);
+  if (!form || node->outputs().size() != 1) return false;
+  auto out = CompleteTensorType(node->output());
+  if (!out || out->device() != at::kCPU) return false;
+  const c10::ScalarType out_dtype = *out->scalarType();
+  std::vector<const Value*> tensors;
+  for (const Value* in : node->inputs()) {
+    if (in->type()->isSubtypeOf(*c10::TensorType::get())) {
+      auto t = CompleteTensorType(in);
+      if (!t || t->device() != at::kCPU) return false;
+      tensors.push_back(in);
+    }
+  }
+  if (tensors.empty() || tensors[0] != node->input(0)) return false;
+  auto all_dtype = [&](c10::ScalarType want, size_t from) {
+    for (size_t k = from; k < tensors.size(); ++k) {
+      if (DTypeOf(tensors[k]) != want) return false;
+    }
+    return true;
+  };
+  const size_t n = node->inputs().size();
+  switch (*form) {
+    case Form::kUnary:
+      return n == 1 && IsFloat(out_dtype) && all_dtype(out_dtype, 0);
+    case Form::kBinary:
+      if (n != 2) return false;
+      return IsFloat(out_dtype) && all_dtype(out_dtype, 0) &&
+             (tensors.size() == 2 || IsNumber(node->input(1)));
+    case Form::kBinaryAlpha:
+      if (n != 3 || !IsNumber(node->input(2))) return false;
+      return IsFloat(out_dtype) && all_dtype(out_dtype, 0) &&
+             (tensors.size() == 2 || IsNumber(node->input(1)));
+    case Form::kPowScalar:
+      return n == 2 && tensors.size() == 1 && ConstantNumber(node->input(1)) &&
+             IsFloat(out_dtype) && all_dtype(out_dtype, 0);
+    case Form::kCompare:
+      if (n != 2 || out_dtype != at::kBool) return false;
+      if (!IsFloat(DTypeOf(tensors[0])) || !all_dtype(DTypeOf(tensors[0]), 0)) return false;
+      return tensors.size() == 2 || IsNumber(node->input(1));
+    case Form::kWhere:
+      return n == 3 && tensors.size() == 3 && DTypeOf(tensors[0]) == at::kBool &&
+             IsFloat(out_dtype) && all_dtype(out_dtype, 1);
+    case Form::kTypeAs:
+      return n == 2 && tensors.size() == 2 && IsFloat(out_dtype) &&
+             DTypeOf(tensors[1]) == out_dtype &&
+             (IsFloat(DTypeOf(tensors[0])) || DTypeOf(tensors[0]) == at::kBool);
+    case Form::kExpand:  // to a size known when compiling
+      return tensors.size() == 1 && IsFloat(out_dtype) && all_dtype(out_dtype, 0) &&
+             node->input(1)->node()->kind() == torch::jit::prim::Constant;
+    case Form::kLike:
+      if (tensors.size() != 1 || !IsFloat(out_dtype)) return false;
+      for (size_t k = 1; k < n; ++k) {
+        if (!IsConstantNone(node->input(k))) return false;
+      }
+      return true;
+  }
+  return false;
+}
+
+absl::StatusOr<FusedKernelPlan> LowerFusionGroup(const Node* group) {
+  if (group->kind() != FusionGroupKind() || !group->hasAttribute(torch::jit::attr::Subgraph)) {
+    return absl::InvalidArgumentError("LowerFusionGroup: expected a metafuse::FusionGroup node");
+  }
+  const auto& sub = group->g(torch::jit::attr::Subgraph);
+  const size_t num_in = sub->inputs().size();
+  FusedKernelPlan plan;
+  if (sub->outputs().empty()) return absl::InvalidArgumentError("fusion group without outputs");
+  auto loop_type = CompleteTensorType(sub->outputs()[0]);
+  if (!loop_type) return absl::InvalidArgumentError("fusion group output without a complete type");
+  plan.loop_sizes = *loop_type->sizes().concrete_sizes();
+
+  kir::KernelBuilder b("fused");
+  struct Compare {
+    kir::Cmp cmp;
+    int a, b;
+  };
+  std::unordered_map<const Value*, int> env;
+  std::unordered_map<const Value*, Compare> compares;
+  std::unordered_map<const Value*, int> scalars;  // subgraph input -> f64 scalar node
+  plan.binding.assign(num_in, -1);
+  plan.is_tensor.assign(num_in, false);
+  plan.input_dtypes.assign(num_in, at::kDouble);
+  int num_tensor_inputs = 0, num_scalars = 0;
+  for (size_t i = 0; i < num_in; ++i) {
+    const Value* v = sub->inputs()[i];
+    if (auto t = CompleteTensorType(v)) {
+      auto access = ClassifyBroadcast(*t->sizes().concrete_sizes(), plan.loop_sizes);
+      if (!access || !IsFloat(*t->scalarType())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "fusion group input ", i, " does not broadcast to the loop shape as an element, "
+            "scalar, inner or outer access, or is not float32/float64"));
+      }
+      env[v] = b.Input(absl::StrCat("in", i), KirType(*t->scalarType()), access->access,
+                       access->inner);
+      plan.binding[i] = num_tensor_inputs++;
+      plan.is_tensor[i] = true;
+      plan.input_dtypes[i] = *t->scalarType();
+    } else if (IsNumber(v)) {
+      scalars[v] = b.Scalar(absl::StrCat("s", i), kir::DType::kF64);
+      plan.binding[i] = num_scalars++;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("fusion group input ", i,
+                                                     " is neither a tensor nor a number"));
+    }
+  }
+  // A number operand (constant or scalar input) or a tensor value, in `dtype`.
+  auto operand = [&](const Value* v, kir::DType dtype) -> absl::StatusOr<int> {
+    if (auto it = env.find(v); it != env.end()) return it->second;
+    if (auto c = ConstantNumber(v)) return b.Const(*c, dtype);
+    if (auto it = scalars.find(v); it != scalars.end()) {
+      return dtype == kir::DType::kF64 ? it->second : b.Cast(it->second, dtype);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("fusion group value %", v->debugName(),
+                                                   " has no kernel operand"));
+  };
+  for (const Node* node : sub->nodes()) {
+    if (node->kind() == torch::jit::prim::Constant) continue;
+    auto form = FormOf(node);
+    if (!form) {
+      return absl::InvalidArgumentError(absl::StrCat("fusion group node ",
+                                                     node->kind().toQualString(),
+                                                     " is not an elementwise op"));
+    }
+    const Value* out = node->output();
+    const c10::ScalarType out_scalar = DTypeOf(out);
+    const kir::DType dt = KirType(out_scalar);
+#define MF_OPERAND(var, value, dtype)       \
+  auto var##_or = operand(value, dtype);    \
+  if (!var##_or.ok()) return var##_or.status(); \
+  const int var = *var##_or;
+    const auto kind = node->kind();
+    switch (*form) {
+      case Form::kUnary: {
+        MF_OPERAND(x, node->input(0), dt);
+        int r = -1;
+        if (kind == aten::neg) r = b.Neg(x);
+        else if (kind == aten::exp) r = b.Exp(x);
+        else if (kind == aten::log) r = b.Log(x);
+        else if (kind == aten::tanh) r = b.Tanh(x);
+        else if (kind == aten::sigmoid) r = b.Sigmoid(x);
+        else if (kind == aten::relu) r = b.Relu(x);
+        else if (kind == aten::sqrt) r = b.Sqrt(x);
+        else if (kind == aten::rsqrt) r = b.Rsqrt(x);
+        else r = b.Abs(x);
+        env[out] = r;
+        break;
+      }
+      case Form::kBinary: {
+        MF_OPERAND(x, node->input(0), dt);
+        MF_OPERAND(y, node->input(1), dt);
+        env[out] = kind == aten::mul ? b.Mul(x, y) : b.Div(x, y);
+        break;
+      }
+      case Form::kBinaryAlpha: {
+        MF_OPERAND(x, node->input(0), dt);
+        MF_OPERAND(y, node->input(1), dt);
+        auto alpha = ConstantNumber(node->input(2));
+        int scaled_y = y, scaled_x = x;
+        if (!alpha || *alpha != 1.0) {
+          MF_OPERAND(a, node->input(2), dt);
+          scaled_y = b.Mul(a, y);
+          scaled_x = b.Mul(a, x);
+        }
+        if (kind == aten::add) env[out] = b.Add(x, scaled_y);
+        else if (kind == aten::sub) env[out] = b.Sub(x, scaled_y);
+        else env[out] = b.Sub(y, scaled_x);  // rsub: other - alpha * self
+        break;
+      }
+      case Form::kPowScalar: {
+        MF_OPERAND(x, node->input(0), dt);
+        env[out] = b.Pow(x, *ConstantNumber(node->input(1)));
+        break;
+      }
+      case Form::kCompare: {
+        const kir::DType in_dt = KirType(DTypeOf(node->input(0)));
+        MF_OPERAND(x, node->input(0), in_dt);
+        MF_OPERAND(y, node->input(1), in_dt);
+        kir::Cmp cmp = kir::Cmp::kEq;
+        if (kind == aten::gt) cmp = kir::Cmp::kGt;
+        else if (kind == aten::lt) cmp = kir::Cmp::kLt;
+        else if (kind == aten::ge) cmp = kir::Cmp::kGe;
+        else if (kind == aten::le) cmp = kir::Cmp::kLe;
+        compares[out] = {cmp, x, y};
+        break;
+      }
+      case Form::kWhere: {
+        auto c = compares.find(node->input(0));
+        if (c == compares.end()) {
+          return absl::InvalidArgumentError(
+              "fusion group: where's condition must be a comparison inside the group");
+        }
+        MF_OPERAND(x, node->input(1), dt);
+        MF_OPERAND(y, node->input(2), dt);
+        env[out] = b.Select(c->second.cmp, c->second.a, c->second.b, x, y);
+        break;
+      }
+      case Form::kTypeAs: {
+        if (auto c = compares.find(node->input(0)); c != compares.end()) {
+          env[out] = b.Select(c->second.cmp, c->second.a, c->second.b, b.Const(1.0, dt),
+                              b.Const(0.0, dt));
+        } else {
+          MF_OPERAND(x, node->input(0), KirType(DTypeOf(node->input(0))));
+          env[out] = b.dtype_of(x) == dt ? x : b.Cast(x, dt);
+        }
+        break;
+      }
+      case Form::kExpand: {
+        MF_OPERAND(x, node->input(0), dt);
+        env[out] = x;
+        break;
+      }
+      case Form::kLike:
+        env[out] = b.Const(kind == aten::ones_like ? 1.0 : 0.0, dt);
+        break;
+    }
+#undef MF_OPERAND
+  }
+  for (size_t k = 0; k < sub->outputs().size(); ++k) {
+    const Value* v = sub->outputs()[k];
+    auto t = CompleteTensorType(v);
+    auto it = env.find(v);
+    if (!t || it == env.end() || *t->sizes().concrete_sizes() != plan.loop_sizes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fusion group output ", k, " is not a float tensor of the loop shape"));
+    }
+    b.Output(absl::StrCat("out", k), it->second);
+    plan.output_dtypes.push_back(*t->scalarType());
+  }
+  auto kernel = b.Build();
+  if (!kernel.ok()) return kernel.status();
+  plan.kernel = *std::move(kernel);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(kir::StructuralHash(plan.kernel)));
+  plan.kernel.name = std::string("fused_") + hex;
+  return plan;
+}
+
+}  // namespace metafuse::compiler

@@ -1,0 +1,90 @@
+#include "compiler/plan_buffers.h"
+
+#include <unordered_map>
+
+#include "compiler/fusion_group.h"
+#include "compiler/lower_fusion_group.h"
+#include "compiler/specialize_shapes.h"
+
+namespace metafuse::compiler {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+namespace {
+
+bool DiesAt(const Value* v, const Node* node) {
+  for (const torch::jit::Use& use : v->uses()) {
+    if (use.user != node) return false;  // read elsewhere too (or returned)
+  }
+  return true;
+}
+
+// Per subgraph input: whether every output of the lowered kernel reads it.
+// Taken from the kernel IR itself: zeros_like reads nothing, type_as only
+// its first operand, whatever the subgraph's edges say.
+std::vector<bool> ReadByEveryOutput(const Node* group) {
+  const size_t n = group->g(torch::jit::attr::Subgraph)->inputs().size();
+  auto plan = LowerFusionGroup(group);
+  if (!plan.ok()) return std::vector<bool>(n, false);
+  const runtime::kir::Kernel& k = plan->kernel;
+  std::vector<std::vector<bool>> reads(k.nodes.size(), std::vector<bool>(k.inputs.size(), false));
+  for (size_t id = 0; id < k.nodes.size(); ++id) {  // arguments precede their users
+    const runtime::kir::Node& node = k.nodes[id];
+    if (node.op == runtime::kir::Op::kInput) reads[id][node.index] = true;
+    for (int a : node.args) {
+      for (size_t i = 0; i < k.inputs.size(); ++i) reads[id][i] = reads[id][i] || reads[a][i];
+    }
+  }
+  std::vector<bool> all(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    if (!plan->is_tensor[i]) continue;
+    bool every = true;
+    for (const auto& out : k.outputs) every = every && reads[out.node][plan->binding[i]];
+    all[i] = every;
+  }
+  return all;
+}
+
+}  // namespace
+
+int64_t PlanBuffers(const std::shared_ptr<torch::jit::Graph>& graph) {
+  int64_t planned = 0;
+  for (Node* node : graph->nodes()) {
+    if (node->kind() != FusionGroupKind()) continue;
+    const auto& sub = node->g(torch::jit::attr::Subgraph);
+    const size_t nin = sub->inputs().size(), nout = sub->outputs().size();
+    const int64_t segments = node->hasAttribute(SegmentsAttr()) ? node->i(SegmentsAttr()) : 1;
+    std::unordered_map<const Value*, int> occurrences;
+    for (const Value* in : node->inputs()) ++occurrences[in];
+    std::vector<int64_t> reuse(node->outputs().size(), -1);
+    const std::vector<bool> read_by_all = ReadByEveryOutput(node);
+    for (int64_t s = 0; s < segments; ++s) {
+      std::vector<bool> claimed(nin, false);
+      for (size_t o = 0; o < nout; ++o) {
+        auto out = CompleteTensorType(node->output(s * nout + o));
+        if (!out) continue;
+        for (size_t i = 0; i < nin; ++i) {
+          const Value* in = node->input(s * nin + i);
+          auto t = CompleteTensorType(in);
+          if (claimed[i] || !read_by_all[i] || !t || occurrences[in] != 1 ||
+              !DiesAt(in, node)) {
+            continue;
+          }
+          if (*t->sizes().concrete_sizes() != *out->sizes().concrete_sizes() ||
+              t->scalarType() != out->scalarType()) {
+            continue;
+          }
+          claimed[i] = true;
+          reuse[s * nout + o] = static_cast<int64_t>(s * nin + i);
+          ++planned;
+          break;
+        }
+      }
+    }
+    node->is_(ReuseAttr(), reuse);
+  }
+  return planned;
+}
+
+}  // namespace metafuse::compiler

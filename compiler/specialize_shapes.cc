@@ -1,0 +1,112 @@
+#include "compiler/specialize_shapes.h"
+
+#include <unordered_map>
+
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+
+#include "runtime/program.h"
+
+namespace metafuse::compiler {
+
+using torch::jit::Node;
+using torch::jit::Value;
+namespace aten = torch::jit::aten;
+
+namespace {
+
+void Annotate(Value* value, const c10::IValue& observed) {
+  if (observed.isTensor() && value->type()->isSubtypeOf(*c10::TensorType::get())) {
+    const at::Tensor& t = observed.toTensor();
+    if (t.defined()) value->setType(c10::TensorType::create(t)->withRequiresGrad(false));
+  }
+}
+
+// Shape queries answered by the recorded run.
+bool IsShapeQuery(const Node* node) {
+  static const c10::Symbol numel = c10::Symbol::fromQualString("aten::numel");
+  return node->kind() == aten::size || node->kind() == numel || node->kind() == aten::dim;
+}
+
+std::vector<int64_t> ConstantIntList(const Value* v) {
+  auto ivalue = torch::jit::toIValue(v);
+  if (!ivalue || !ivalue->isIntList()) return {};
+  return ivalue->toIntVector();
+}
+
+// The value a no-op shape node passes through, or nullptr.
+Value* IdentityOf(Node* node) {
+  const auto kind = node->kind();
+  Value* in = node->inputs().empty() ? nullptr : node->input(0);
+  const auto in_type = in ? CompleteTensorType(in) : nullptr;
+  const auto out_type = node->outputs().size() == 1 ? CompleteTensorType(node->output())
+                                                    : nullptr;
+  if (!in_type || !out_type) return nullptr;
+  const auto in_sizes = *in_type->sizes().concrete_sizes();
+  const auto out_sizes = *out_type->sizes().concrete_sizes();
+  if (kind == aten::sum_to_size || kind == aten::expand || kind == aten::reshape ||
+      kind == aten::view) {
+    if (in_sizes == out_sizes && in_type->scalarType() == out_type->scalarType()) {
+      return in;
+    }
+  } else if (kind == aten::type_as) {
+    if (in_type->scalarType() == out_type->scalarType()) return in;
+  } else if (kind == aten::contiguous) {
+    const auto strides = *in_type->strides().concrete_sizes();
+    int64_t expected = 1;
+    bool contiguous = true;
+    for (size_t d = in_sizes.size(); d-- > 0;) {
+      if (in_sizes[d] != 1 && strides[d] != expected) contiguous = false;
+      expected *= in_sizes[d];
+    }
+    if (contiguous) return in;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+c10::TensorTypePtr CompleteTensorType(const Value* value) {
+  auto type = value->type()->cast<c10::TensorType>();
+  if (!type || !type->isComplete()) return nullptr;
+  return type;
+}
+
+ShapeSpecialization SpecializeShapes(const std::shared_ptr<torch::jit::Graph>& graph,
+                                     std::vector<c10::IValue> inputs) {
+  ShapeSpecialization result;
+  for (size_t i = 0; i < inputs.size() && i < graph->inputs().size(); ++i) {
+    Annotate(graph->inputs()[i], inputs[i]);
+  }
+  std::unordered_map<const Node*, std::vector<c10::IValue>> queries;
+  runtime::Program recorder(graph, "specialize");
+  result.outputs = recorder.Run(
+      std::move(inputs), [&](const Node* node, const c10::IValue* outs, size_t n) {
+        for (size_t k = 0; k < n; ++k) {
+          Annotate(const_cast<Node*>(node)->outputs()[k], outs[k]);
+        }
+        if (IsShapeQuery(node)) queries[node] = {outs[0]};
+      });
+
+  for (Node* node : graph->nodes()) {
+    auto it = queries.find(node);
+    if (it == queries.end()) continue;
+    torch::jit::WithInsertPoint guard(node);
+    Value* constant = graph->insertConstant(it->second[0]);
+    node->output()->replaceAllUsesWith(constant);
+    ++result.shape_queries_folded;
+  }
+  std::shared_ptr<torch::jit::Graph> mutable_graph = graph;
+  torch::jit::ConstantPropagationImmutableTypes(mutable_graph);
+  for (auto it = graph->nodes().begin(); it != graph->nodes().end(); ++it) {
+    if (Value* same = IdentityOf(*it)) {
+      it->output()->replaceAllUsesWith(same);
+      ++result.identities_removed;
+    }
+  }
+  torch::jit::EliminateDeadCode(graph);
+  return result;
+}
+
+}  // namespace metafuse::compiler

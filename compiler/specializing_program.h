@@ -1,0 +1,86 @@
+// A runtime program that specializes itself to the shapes it is run with.
+//
+// The first run under a new input signature (dtype, sizes, strides, device
+// of every tensor input) records the shape of every value
+// (specialize_shapes.h); the graph is then fused vertically and horizontally
+// (fuse_elementwise.h, fuse_horizontal.h), its buffers planned
+// (plan_buffers.h), and lowered to a runtime::Program whose fused groups
+// launch LLVM-compiled kernels (fused_kernel_op.h), which then runs on the
+// same inputs and gives the first call's results. Later runs with the same
+// signature check it and run that program. If fusion fails, a warning says
+// why and the specialized graph runs unfused. With fusion
+// off (set_fusion(false), or METAFUSE_DISABLE_FUSION=1 in the environment)
+// the generic, unspecialized program runs: the "unfused" side of profiles.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include "compiler/ir_dump.h"
+#include "runtime/program.h"
+
+namespace metafuse::compiler {
+
+struct SpecializationReport {
+  int64_t nodes_before = 0;          // generic graph (without constants)
+  int64_t nodes_specialized = 0;     // after shape specialization
+  int64_t nodes_after = 0;           // after fusion
+  int64_t shape_queries_folded = 0;
+  int64_t identities_removed = 0;
+  int64_t fusion_groups = 0;         // vertical groups formed
+  int64_t fused_nodes = 0;           // ops they absorbed
+  int64_t horizontal_nodes = 0;      // merged launches
+  int64_t horizontal_segments = 0;   // groups they absorbed
+  int64_t planned_reuses = 0;        // outputs that may take an input's buffer
+  int64_t instructions = 0;          // of the specialized program
+  double seconds = 0;                // specialization + fusion + kernel compilation
+  std::string fallback;              // why fusion was abandoned, if it was
+};
+
+class SpecializingProgram {
+ public:
+  // `log` (may be null) receives the specialized and fused graphs; it must
+  // outlive this program.
+  SpecializingProgram(std::shared_ptr<torch::jit::Graph> graph, std::string label,
+                      StageLog* log);
+
+  std::vector<c10::IValue> Run(std::vector<c10::IValue> inputs) const;
+
+  const runtime::Program& generic() const { return *generic_; }
+  // The program of the most recent specialization; nullptr before one.
+  const runtime::Program* specialized() const;
+  SpecializationReport report() const;
+
+  void set_fusion(bool enabled);
+  bool fusion() const;
+
+  // At most this many signatures are specialized; others run generic().
+  static constexpr size_t kMaxSpecializations = 8;
+
+ private:
+  struct Entry {
+    std::vector<int64_t> signature;
+    std::unique_ptr<runtime::Program> program;
+  };
+  std::vector<c10::IValue> Specialize(std::vector<c10::IValue> inputs,
+                                      std::vector<int64_t> signature) const;
+
+  std::shared_ptr<torch::jit::Graph> graph_;
+  std::string label_;
+  StageLog* log_;
+  std::unique_ptr<runtime::Program> generic_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::unique_ptr<Entry>> entries_;
+  mutable const Entry* last_ = nullptr;
+  mutable SpecializationReport report_;
+  bool fusion_ = true;
+};
+
+// The default of set_fusion: false when METAFUSE_DISABLE_FUSION=1.
+bool FusionEnabledByDefault();
+
+}  // namespace metafuse::compiler
