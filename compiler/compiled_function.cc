@@ -35,7 +35,16 @@ struct ProgramNode : public torch::autograd::Function<ProgramNode> {
     c10::impl::GenericList saved(c10::AnyType::get());
     for (size_t i = fn.num_outputs(); i < out.size(); ++i) saved.push_back(out[i]);
     ctx->saved_data["saved"] = saved;
-    ctx->saved_data["outputs"] = c10::List<at::Tensor>(results);
+    // Only the outputs' metadata (for zero cotangents): saving the outputs
+    // themselves would make a reference cycle through their grad_fn.
+    c10::impl::GenericList sizes(c10::ListType::ofInts());
+    std::vector<int64_t> dtypes;
+    for (const at::Tensor& r : results) {
+      sizes.push_back(c10::IValue(r.sizes().vec()));
+      dtypes.push_back(static_cast<int64_t>(r.scalar_type()));
+    }
+    ctx->saved_data["output_sizes"] = sizes;
+    ctx->saved_data["output_dtypes"] = dtypes;
     ctx->saved_data["num_inputs"] = static_cast<int64_t>(inputs.size());
     ctx->saved_data["function"] = c10::IValue::make_capsule(holder);
     return results;
@@ -47,10 +56,14 @@ struct ProgramNode : public torch::autograd::Function<ProgramNode> {
     const CompiledFunction& fn = *holder->function;
     std::vector<c10::IValue> in;
     for (const auto& v : ctx->saved_data["saved"].toList()) in.push_back(v);
-    auto outputs = ctx->saved_data["outputs"].toTensorList();
+    auto sizes = ctx->saved_data["output_sizes"].toList();
+    auto dtypes = ctx->saved_data["output_dtypes"].toIntVector();
     for (size_t i = 0; i < cotangents.size(); ++i) {
-      in.push_back(cotangents[i].defined() ? cotangents[i]
-                                           : at::zeros_like(outputs.get(i)));
+      in.push_back(cotangents[i].defined()
+                       ? cotangents[i]
+                       : at::zeros(sizes.get(i).toIntVector(),
+                                   at::TensorOptions().dtype(
+                                       static_cast<c10::ScalarType>(dtypes[i]))));
     }
     std::vector<c10::IValue> grads = fn.backward().Run(std::move(in));
     const int64_t num_inputs = ctx->saved_data["num_inputs"].toInt();
