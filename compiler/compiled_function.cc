@@ -33,7 +33,21 @@ struct ProgramNode : public torch::autograd::Function<ProgramNode> {
     variable_list results;
     for (int64_t i = 0; i < fn.num_outputs(); ++i) results.push_back(out[i].toTensor());
     c10::impl::GenericList saved(c10::AnyType::get());
-    for (size_t i = fn.num_outputs(); i < out.size(); ++i) saved.push_back(out[i]);
+    for (size_t i = fn.num_outputs(); i < out.size(); ++i) {
+      // A saved value that is also an output gets that output's grad_fn (this
+      // node) once forward returns: keep a detached alias instead, or the
+      // node would own itself through it.
+      if (out[i].isTensor()) {
+        const at::TensorImpl* impl = out[i].toTensor().unsafeGetTensorImpl();
+        for (const at::Tensor& r : results) {
+          if (r.unsafeGetTensorImpl() == impl) {
+            out[i] = out[i].toTensor().detach();
+            break;
+          }
+        }
+      }
+      saved.push_back(out[i]);
+    }
     ctx->saved_data["saved"] = saved;
     // Only the outputs' metadata (for zero cotangents): saving the outputs
     // themselves would make a reference cycle through their grad_fn.

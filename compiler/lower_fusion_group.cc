@@ -1,5 +1,6 @@
 #include "compiler/lower_fusion_group.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <unordered_map>
 #include <variant>
@@ -124,11 +125,23 @@ bool IsFusibleNode(const Node* node) {
     }
   }
   if (tensors.empty() || tensors[0] != node->input(0)) return false;
+  // Every tensor from `from` on has dtype `want`, except 0-dim float tensors
+  // (a traced Python scalar): type promotion lets a dimensioned operand
+  // decide, and the 0-dim one is cast to it, as the kernel does.
   auto all_dtype = [&](c10::ScalarType want, size_t from) {
+    bool dimensioned_match = false;
     for (size_t k = from; k < tensors.size(); ++k) {
-      if (DTypeOf(tensors[k]) != want) return false;
+      const auto t = CompleteTensorType(tensors[k]);
+      const bool zero_dim = *t->dim() == 0;
+      if (DTypeOf(tensors[k]) == want) {
+        dimensioned_match = dimensioned_match || !zero_dim;
+      } else if (!zero_dim || !IsFloat(DTypeOf(tensors[k]))) {
+        return false;
+      }
     }
-    return true;
+    return dimensioned_match || tensors.size() == from ||
+           std::all_of(tensors.begin() + from, tensors.end(),
+                       [&](const Value* v) { return DTypeOf(v) == want; });
   };
   const size_t n = node->inputs().size();
   switch (*form) {
@@ -217,7 +230,10 @@ absl::StatusOr<FusedKernelPlan> LowerFusionGroup(const Node* group) {
   }
   // A number operand (constant or scalar input) or a tensor value, in `dtype`.
   auto operand = [&](const Value* v, kir::DType dtype) -> absl::StatusOr<int> {
-    if (auto it = env.find(v); it != env.end()) return it->second;
+    if (auto it = env.find(v); it != env.end()) {
+      // A promoted 0-dim operand is converted to the op's dtype.
+      return b.dtype_of(it->second) == dtype ? it->second : b.Cast(it->second, dtype);
+    }
     if (auto c = ConstantNumber(v)) return b.Const(*c, dtype);
     if (auto it = scalars.find(v); it != scalars.end()) {
       return dtype == kir::DType::kF64 ? it->second : b.Cast(it->second, dtype);

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include <ATen/CPUFunctions.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/jit/ir/constants.h>
@@ -51,8 +52,19 @@ torch::jit::Operation OperationOf(Node* node) {
         stack.emplace_back(c10::ivalue::Tuple::create(std::move(items)));
       };
     default:
-      return node->getOperation();
+      break;
   }
+  // Matrix products dominate small meta-learning programs: call the CPU
+  // kernel directly instead of through the boxed dispatcher.
+  if (node->kind() == torch::jit::aten::mm) {
+    return [](torch::jit::Stack& stack) {
+      at::Tensor b = std::move(stack.back()).toTensor();
+      stack.pop_back();
+      at::Tensor a = std::move(stack.back()).toTensor();
+      stack.back() = a.is_cpu() && b.is_cpu() ? at::cpu::mm(a, b) : a.mm(b);
+    };
+  }
+  return node->getOperation();
 }
 
 }  // namespace
