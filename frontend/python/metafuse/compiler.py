@@ -162,6 +162,50 @@ def _describe(leaves):
     return tuple((tuple(t.shape), t.dtype, t.device) for t in leaves)
 
 
+class _FastPath:
+    """What a call under an already-compiled guard needs: the program, the
+    cached specs, the closure keys and the metadata of every leaf."""
+
+    __slots__ = ("program", "param_spec", "batch_spec", "keys", "described",
+                 "described_lr", "num_params", "spec", "return_losses")
+
+    def __init__(self, program, param_spec, batch_spec, keys, described, described_lr,
+                 num_params, spec, return_losses):
+        self.program, self.param_spec, self.batch_spec = program, param_spec, batch_spec
+        self.keys, self.described, self.described_lr = keys, described, described_lr
+        self.num_params, self.spec, self.return_losses = num_params, spec, return_losses
+
+    def inputs(self, loop, params, batch):
+        """The program's inputs, or None if this call needs the full guard."""
+        try:
+            leaves = (_tree.flatten_as(self.param_spec, params) +
+                      _tree.flatten_as(self.batch_spec, batch))
+        except (ValueError, TypeError):
+            return None
+        closed = _closed_over_tensors(loop.loss_fn)
+        if tuple(k for k, _ in closed) != self.keys:
+            return None
+        leaves.extend(t for _, t in closed)
+        for t, (shape, dtype, device) in zip(leaves, self.described):
+            if (not isinstance(t, torch.Tensor) or t.shape != shape or t.dtype != dtype
+                    or t.device != device):
+                return None
+        if self.spec["lr_is_input"]:
+            rate = loop.optimizer._config[1]["lr"]
+            lr = [rate] if not self.spec["lr_per_param"] else _leaves_like(self.param_spec,
+                                                                           rate)
+            if _describe(lr) != self.described_lr:
+                return None
+            leaves.extend(lr)
+        return leaves
+
+    def finish(self, outputs):
+        adapted = _tree.unflatten(self.param_spec, outputs[:self.num_params])
+        if self.return_losses:
+            return adapted, torch.stack(outputs[self.num_params:])
+        return adapted
+
+
 class CompiledInnerLoop:
     """The callable returned by compile_inner_loop."""
 
@@ -180,8 +224,20 @@ class CompiledInnerLoop:
         self.return_losses = bool(return_losses)
         self.compile_count = 0
         self._programs = {}  # guard -> compiled program or fallback reason
+        self._fast = None  # the last guard's _FastPath
 
     def __call__(self, params, *batch):
+        # Flatten caching: under the last guard, the inputs are checked
+        # against its cached specs while their leaves are read; no spec is
+        # built, nothing else is traversed.
+        fast = self._fast
+        if fast is not None:
+            leaves = fast.inputs(self, params, batch)
+            if leaves is not None:
+                return fast.finish(fast.program(leaves))
+        return self._call(params, batch)
+
+    def _call(self, params, batch):
         param_leaves, param_spec = _tree.flatten(params)
         batch_leaves, batch_spec = _tree.flatten(batch)
         for what, leaves in (("params", param_leaves), ("batch", batch_leaves)):
@@ -208,11 +264,10 @@ class CompiledInnerLoop:
             self._programs[guard] = program
         if isinstance(program, str):
             return self._eager(params, batch)
-        outputs = program(param_leaves + batch_leaves + extras + lr)
-        adapted = _tree.unflatten(param_spec, outputs[:len(param_leaves)])
-        if self.return_losses:
-            return adapted, torch.stack(outputs[len(param_leaves):])
-        return adapted
+        self._fast = _FastPath(program, param_spec, batch_spec, tuple(keys),
+                               guard[3] + guard[4] + guard[5], guard[6],
+                               len(param_leaves), spec, self.return_losses)
+        return self._fast.finish(program(param_leaves + batch_leaves + extras + lr))
 
     def _compile(self, param_leaves, param_spec, batch_leaves, batch_spec, keys,
                  extras, spec, reason):
