@@ -42,7 +42,15 @@ std::shared_ptr<const runtime::CompiledKernel> GetKernel(const runtime::kir::Ker
     ++registry_stats.kernels_from_memory;
     return it->second;
   }
-  auto compiled = runtime::CompiledKernel::Create(kernel, DiskCache());
+  // One JIT for every fused kernel of the process: its setup is paid once.
+  static std::shared_ptr<runtime::LlvmJit> jit;
+  if (jit == nullptr) {
+    auto created = runtime::LlvmJit::Create();
+    TORCH_CHECK(created.ok(), "metafuse: cannot create the LLVM JIT: ",
+                created.status().ToString());
+    jit = std::shared_ptr<runtime::LlvmJit>(*std::move(created));
+  }
+  auto compiled = runtime::CompiledKernel::Create(kernel, DiskCache(), jit);
   TORCH_CHECK(compiled.ok(), "metafuse: compiling fused kernel ", kernel.name, " failed: ",
               compiled.status().ToString());
   ++((*compiled)->cache_hit() ? registry_stats.kernels_from_disk

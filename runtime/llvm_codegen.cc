@@ -434,12 +434,18 @@ bool UnframeArtifact(const std::string& artifact, std::string* ir, std::string* 
 
 absl::StatusOr<std::unique_ptr<CompiledKernel>> CompiledKernel::Create(
     const Kernel& kernel, KernelCache* cache) {
+  auto jit = LlvmJit::Create();
+  if (!jit.ok()) return jit.status();
+  return Create(kernel, cache, std::shared_ptr<LlvmJit>(*std::move(jit)));
+}
+
+absl::StatusOr<std::unique_ptr<CompiledKernel>> CompiledKernel::Create(
+    const Kernel& kernel, KernelCache* cache, std::shared_ptr<LlvmJit> jit) {
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<CompiledKernel> ck(new CompiledKernel());
   ck->kernel_ = kernel;
-  auto jit = LlvmJit::Create();
-  if (!jit.ok()) return jit.status();
-  ck->jit_ = *std::move(jit);
+  if (jit == nullptr) return absl::InvalidArgumentError("CompiledKernel::Create: `jit` is null");
+  ck->jit_ = std::move(jit);
   const std::string symbol = LlvmKernelSymbol(kernel);
 
   std::optional<KernelKey> key;

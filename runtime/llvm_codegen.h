@@ -50,6 +50,11 @@ class CompiledKernel {
   // only links the object (optimized_ir() is then empty).
   static absl::StatusOr<std::unique_ptr<CompiledKernel>> Create(
       const kir::Kernel& kernel, KernelCache* cache = nullptr);
+  // The same, adding the kernel to `jit`, shared with other kernels (one JIT
+  // per process costs its setup once). Kernels sharing a JIT need distinct
+  // names.
+  static absl::StatusOr<std::unique_ptr<CompiledKernel>> Create(
+      const kir::Kernel& kernel, KernelCache* cache, std::shared_ptr<LlvmJit> jit);
 
   // Runs over [0, n): chunks of `grain` elements in an OpenMP parallel loop
   // (one direct call when n <= grain). Checks counts, null buffers and
@@ -75,7 +80,7 @@ class CompiledKernel {
  private:
   CompiledKernel() = default;
   kir::Kernel kernel_;
-  std::unique_ptr<LlvmJit> jit_;
+  std::shared_ptr<LlvmJit> jit_;
   Fn fn_ = nullptr;
   std::string ir_, optimized_ir_;
   bool cache_hit_ = false;

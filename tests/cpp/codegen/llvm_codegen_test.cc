@@ -121,6 +121,38 @@ TEST(LlvmCodegen, ExpAndSigmoidLoopsAreVectorized) {
   }
 }
 
+// Kernels can share one JIT (the fused-kernel registry does): each keeps
+// computing its own function; a null JIT is refused.
+TEST(LlvmCodegen, KernelsShareOneJit) {
+  auto created = LlvmJit::Create();
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::shared_ptr<LlvmJit> jit(*std::move(created));
+  std::vector<std::unique_ptr<CompiledKernel>> kernels;
+  for (const char* name : {"twice", "square"}) {
+    kir::KernelBuilder b(name);
+    int x = b.Input("x", DType::kF64);
+    b.Output("y", std::string(name) == "twice" ? b.Add(x, x) : b.Mul(x, x));
+    auto k = b.Build();
+    ASSERT_TRUE(k.ok());
+    auto ck = CompiledKernel::Create(*k, nullptr, jit);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    kernels.push_back(*std::move(ck));
+  }
+  const double in[3] = {1.5, -2.0, 3.0};
+  double twice[3], square[3];
+  ASSERT_TRUE(kernels[0]->Run(3, {in}, {twice}, {}).ok());
+  ASSERT_TRUE(kernels[1]->Run(3, {in}, {square}, {}).ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(twice[i], 2 * in[i]);
+    EXPECT_EQ(square[i], in[i] * in[i]);
+  }
+  kir::KernelBuilder b("none");
+  b.Output("y", b.Input("x", DType::kF64));
+  auto none = CompiledKernel::Create(*b.Build(), nullptr, nullptr);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(std::string(none.status().message()).find("`jit` is null"), std::string::npos);
+}
+
 TEST(LlvmCodegen, PrintedIrShape) {
   auto ir = PrintLlvmIr(AdamKernel());
   ASSERT_TRUE(ir.ok());
