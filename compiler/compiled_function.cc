@@ -21,6 +21,9 @@ using torch::autograd::variable_list;
 // Keeps the compiled function alive inside the autograd graph.
 struct Holder : torch::CustomClassHolder {
   std::shared_ptr<const CompiledFunction> function;
+  // The specialized pair the forward ran (its backward must match it), or
+  // null for the generic programs.
+  std::shared_ptr<const SpecializedPair> pair;
 };
 
 struct ProgramNode : public torch::autograd::Function<ProgramNode> {
@@ -29,7 +32,12 @@ struct ProgramNode : public torch::autograd::Function<ProgramNode> {
                                at::TensorList inputs) {
     const CompiledFunction& fn = *holder->function;
     std::vector<c10::IValue> in(inputs.begin(), inputs.end());
-    std::vector<c10::IValue> out = fn.forward().Run(std::move(in));
+    std::vector<c10::IValue> out;
+    holder->pair = fn.PairFor(in, &out);
+    if (out.empty()) {
+      out = holder->pair ? holder->pair->forward->Run(std::move(in))
+                         : fn.forward_program().Run(std::move(in));
+    }
     variable_list results;
     for (int64_t i = 0; i < fn.num_outputs(); ++i) results.push_back(out[i].toTensor());
     c10::impl::GenericList saved(c10::AnyType::get());
@@ -79,7 +87,8 @@ struct ProgramNode : public torch::autograd::Function<ProgramNode> {
                                    at::TensorOptions().dtype(
                                        static_cast<c10::ScalarType>(dtypes[i]))));
     }
-    std::vector<c10::IValue> grads = fn.backward().Run(std::move(in));
+    std::vector<c10::IValue> grads = holder->pair ? holder->pair->backward->Run(std::move(in))
+                                                  : fn.backward_program().Run(std::move(in));
     const int64_t num_inputs = ctx->saved_data["num_inputs"].toInt();
     variable_list result(1 + num_inputs);  // [holder], then one per input
     const auto& diff = fn.differentiable_inputs();
@@ -117,21 +126,57 @@ std::shared_ptr<CompiledFunction> CompiledFunction::Build(
     const std::vector<int64_t>& differentiable_inputs, StageLog* log) {
   auto fn = std::shared_ptr<CompiledFunction>(new CompiledFunction());
   fn->split_ = BuildMetaBackward(program, differentiable_inputs, log);
-  fn->forward_ = std::make_unique<SpecializingProgram>(fn->split_.forward, "forward", log);
-  fn->backward_ =
-      std::make_unique<SpecializingProgram>(fn->split_.backward, "backward", log);
+  fn->forward_ = std::make_unique<runtime::Program>(fn->split_.forward, "forward");
+  fn->backward_ = std::make_unique<runtime::Program>(fn->split_.backward, "backward");
+  fn->log_ = log;
+  fn->fusion_ = FusionEnabledByDefault();
   return fn;
 }
 
 void CompiledFunction::set_fusion(bool enabled) {
-  forward_->set_fusion(enabled);
-  backward_->set_fusion(enabled);
+  std::lock_guard<std::mutex> lock(mu_);
+  fusion_ = enabled;
+}
+
+bool CompiledFunction::fusion() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fusion_;
+}
+
+std::shared_ptr<const SpecializedPair> CompiledFunction::last_pair() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_;
+}
+
+std::shared_ptr<const SpecializedPair> CompiledFunction::PairFor(
+    const std::vector<c10::IValue>& inputs, std::vector<c10::IValue>* first_outputs) const {
+  std::vector<int64_t> signature = InputSignature(inputs);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!fusion_) return nullptr;
+    if (last_ && last_signature_ == signature) return last_;
+    for (const auto& [sig, pair] : pairs_) {
+      if (sig == signature) {
+        last_ = pair;
+        last_signature_ = signature;
+        return pair;
+      }
+    }
+    if (pairs_.size() >= kMaxSpecializations) return nullptr;
+  }
+  std::shared_ptr<const SpecializedPair> pair =
+      SpecializePair(split_, inputs, log_, first_outputs);
+  std::lock_guard<std::mutex> lock(mu_);
+  pairs_.emplace_back(signature, pair);
+  last_ = pair;
+  last_signature_ = std::move(signature);
+  return pair;
 }
 
 std::vector<at::Tensor> CompiledFunction::operator()(
     const std::vector<at::Tensor>& inputs) const {
-  TORCH_CHECK(inputs.size() == forward_->generic().num_inputs(), "compiled function takes ",
-              forward_->generic().num_inputs(), " tensors, got ", inputs.size());
+  TORCH_CHECK(inputs.size() == forward_->num_inputs(), "compiled function takes ",
+              forward_->num_inputs(), " tensors, got ", inputs.size());
   auto holder = c10::make_intrusive<Holder>();
   holder->function = shared_from_this();
   return ProgramNode::apply(holder, at::TensorList(inputs));

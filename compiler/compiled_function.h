@@ -4,12 +4,14 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include <torch/csrc/jit/ir/ir.h>
 
 #include "compiler/inner_loop.h"
 #include "compiler/ir_dump.h"
+#include "compiler/specialize_pair.h"
 #include "compiler/specializing_program.h"
 #include "runtime/program.h"
 
@@ -18,7 +20,8 @@ namespace metafuse::compiler {
 class CompiledFunction : public std::enable_shared_from_this<CompiledFunction> {
  public:
   // `program`: a graph in the primitive set. Gradients flow to the inputs
-  // listed in `differentiable_inputs`. Stages are appended to `log`.
+  // listed in `differentiable_inputs`. Stages are appended to `log`, which
+  // must outlive the function (specializations record theirs later).
   static std::shared_ptr<CompiledFunction> Build(
       const std::shared_ptr<torch::jit::Graph>& program,
       const std::vector<int64_t>& differentiable_inputs, StageLog* log);
@@ -28,22 +31,38 @@ class CompiledFunction : public std::enable_shared_from_this<CompiledFunction> {
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) const;
 
   // The generic (unspecialized, unfused) programs.
-  const runtime::Program& forward_program() const { return forward_->generic(); }
-  const runtime::Program& backward_program() const { return backward_->generic(); }
-  // What runs: specialized to the input shapes and fused on first use.
-  const SpecializingProgram& forward() const { return *forward_; }
-  const SpecializingProgram& backward() const { return *backward_; }
-  // Fusion on (default) or off (the generic programs run), both programs.
-  void set_fusion(bool enabled);
+  const runtime::Program& forward_program() const { return *forward_; }
+  const runtime::Program& backward_program() const { return *backward_; }
   int64_t num_outputs() const { return split_.num_outputs; }
   const std::vector<int64_t>& differentiable_inputs() const {
     return split_.differentiable_inputs;
   }
 
+  // Fusion on (default; METAFUSE_DISABLE_FUSION=1 turns it off): each input
+  // signature gets a forward/backward pair specialized and fused together
+  // (specialize_pair.h). Off: the generic programs run.
+  void set_fusion(bool enabled);
+  bool fusion() const;
+  // The pair for `inputs` (specialized on first use, then `first_outputs`
+  // receives its forward's outputs), or nullptr when fusion is off or the
+  // function already holds kMaxSpecializations pairs.
+  std::shared_ptr<const SpecializedPair> PairFor(const std::vector<c10::IValue>& inputs,
+                                                 std::vector<c10::IValue>* first_outputs) const;
+  // The most recently used pair (nullptr before the first).
+  std::shared_ptr<const SpecializedPair> last_pair() const;
+  static constexpr size_t kMaxSpecializations = 8;
+
  private:
   CompiledFunction() = default;
   SplitProgram split_;
-  std::unique_ptr<SpecializingProgram> forward_, backward_;
+  std::unique_ptr<runtime::Program> forward_, backward_;
+  StageLog* log_ = nullptr;
+  mutable std::mutex mu_;
+  bool fusion_ = true;
+  mutable std::vector<std::pair<std::vector<int64_t>, std::shared_ptr<const SpecializedPair>>>
+      pairs_;
+  mutable std::shared_ptr<const SpecializedPair> last_;
+  mutable std::vector<int64_t> last_signature_;
 };
 
 // The passes every captured graph goes through before differentiation:

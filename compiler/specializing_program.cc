@@ -116,6 +116,40 @@ std::vector<c10::IValue> SpecializingProgram::Run(std::vector<c10::IValue> input
   return Specialize(std::move(inputs), std::move(signature));
 }
 
+FusedProgram BuildFusedProgram(std::shared_ptr<torch::jit::Graph> graph,
+                               const std::string& label, SpecializationReport* report) {
+  FusedProgram result;
+  result.unfused = graph->copy();
+  try {
+    FusionStats vertical = FuseElementwise(graph);
+    HorizontalFusionStats horizontal = FuseHorizontally(graph);
+    report->fusion_groups = vertical.groups;
+    report->fused_nodes = vertical.fused_nodes;
+    report->horizontal_nodes = horizontal.merged_nodes;
+    report->horizontal_segments = horizontal.segments;
+    // METAFUSE_DISABLE_BUFFER_REUSE=1: every kernel output allocated (to
+    // measure what planning saves).
+    const char* no_reuse = std::getenv("METAFUSE_DISABLE_BUFFER_REUSE");
+    if (no_reuse == nullptr || std::strcmp(no_reuse, "1") != 0) {
+      report->planned_reuses = PlanBuffers(graph);
+    }
+    result.program = std::make_unique<runtime::Program>(graph, label, FusedOperations);
+  } catch (const std::exception& e) {
+    // Correct results come first: run the specialized graph unfused.
+    report->fallback = e.what();
+    TORCH_WARN("metafuse: fusion of the ", label, " program failed (", e.what(),
+               "); running it unfused");
+    graph = result.unfused;
+    result.program = std::make_unique<runtime::Program>(graph, label);
+  }
+  result.fused = graph;
+  report->nodes_after = CountNodes(*graph);
+  report->instructions = static_cast<int64_t>(result.program->num_instructions());
+  return result;
+}
+
+int64_t CountGraphNodes(const torch::jit::Graph& graph) { return CountNodes(graph); }
+
 std::vector<c10::IValue> SpecializingProgram::Specialize(std::vector<c10::IValue> inputs,
                                                          std::vector<int64_t> signature) const {
   const auto start = std::chrono::steady_clock::now();
@@ -129,45 +163,26 @@ std::vector<c10::IValue> SpecializingProgram::Specialize(std::vector<c10::IValue
   report.nodes_specialized = CountNodes(*graph);
   auto entry = std::make_unique<Entry>();
   entry->signature = std::move(signature);
-  auto unfused = graph->copy();
-  try {
-    FusionStats vertical = FuseElementwise(graph);
-    HorizontalFusionStats horizontal = FuseHorizontally(graph);
-    report.fusion_groups = vertical.groups;
-    report.fused_nodes = vertical.fused_nodes;
-    report.horizontal_nodes = horizontal.merged_nodes;
-    report.horizontal_segments = horizontal.segments;
-    // METAFUSE_DISABLE_BUFFER_REUSE=1: every kernel output allocated (to
-    // measure what planning saves).
-    const char* no_reuse = std::getenv("METAFUSE_DISABLE_BUFFER_REUSE");
-    if (no_reuse == nullptr || std::strcmp(no_reuse, "1") != 0) {
-      report.planned_reuses = PlanBuffers(graph);
-    }
-    entry->program = std::make_unique<runtime::Program>(graph, label_, FusedOperations);
-    // The first call already returns what the fused program computes, so
-    // a single call exercises it (and tests of one call test it).
-    shapes.outputs = entry->program->Run(held);
-  } catch (const std::exception& e) {
-    // Correct results come first: run the specialized graph unfused.
-    report.fallback = e.what();
-    TORCH_WARN("metafuse: fusion of the ", label_, " program failed (", e.what(),
-               "); running it unfused");
-    graph = unfused;
-    entry->program = std::make_unique<runtime::Program>(graph, label_);
-  }
-  report.nodes_after = CountNodes(*graph);
-  report.instructions = static_cast<int64_t>(entry->program->num_instructions());
+  FusedProgram fused = BuildFusedProgram(graph, label_, &report);
+  entry->program = std::move(fused.program);
+  // The first call returns what the specialized program computes, so a
+  // single call exercises it (and tests of one call test it).
+  shapes.outputs = entry->program->Run(held);
   report.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mu_);
   if (log_) {
-    log_->Record(label_ + "_specialized", *unfused);
-    log_->Record(label_ + "_fused", *graph);
+    log_->Record(label_ + "_specialized", *fused.unfused);
+    log_->Record(label_ + "_fused", *fused.fused);
   }
   report_ = report;
   entries_.push_back(std::move(entry));
   last_ = entries_.back().get();
   return std::move(shapes.outputs);
+}
+
+std::vector<int64_t> InputSignature(const std::vector<c10::IValue>& inputs) {
+  return SignatureOf(inputs);
 }
 
 }  // namespace metafuse::compiler

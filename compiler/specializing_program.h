@@ -83,4 +83,22 @@ class SpecializingProgram {
 // The default of set_fusion: false when METAFUSE_DISABLE_FUSION=1.
 bool FusionEnabledByDefault();
 
+// The last steps of a specialization, for a graph SpecializeShapes already
+// annotated: vertical and horizontal fusion, buffer planning, lowering to a
+// runtime::Program whose fused groups launch compiled kernels. If fusion
+// fails, `report->fallback` says why (and a warning) and the program runs
+// the graph unfused. Fills the fusion fields of `report`.
+struct FusedProgram {
+  std::unique_ptr<runtime::Program> program;
+  std::shared_ptr<torch::jit::Graph> unfused;  // as it was given
+  std::shared_ptr<torch::jit::Graph> fused;    // what the program runs
+};
+FusedProgram BuildFusedProgram(std::shared_ptr<torch::jit::Graph> graph,
+                               const std::string& label, SpecializationReport* report);
+
+// What a specialization is keyed by: dtype, device, sizes and strides of
+// every tensor input, the value of every integer input.
+std::vector<int64_t> InputSignature(const std::vector<c10::IValue>& inputs);
+int64_t CountGraphNodes(const torch::jit::Graph& graph);
+
 }  // namespace metafuse::compiler

@@ -11,6 +11,7 @@
 
 #include "compiler/autodiff.h"
 #include "compiler/compiled_inner_loop.h"
+#include "runtime/memory_meter.h"
 #include "runtime/profiler.h"
 
 namespace py = pybind11;
@@ -149,21 +150,23 @@ void BindFusionMethods(Class& cls, Get get) {
   cls.def("set_fusion", [get](const typename Class::type& self, bool enabled) {
        get(self).set_fusion(enabled);
      }, py::arg("enabled"))
-      .def("fusion", [get](const typename Class::type& self) {
-        return get(self).forward().fusion();
-      })
+      .def("fusion", [get](const typename Class::type& self) { return get(self).fusion(); })
+      // What specialization and fusion did for the most recent input
+      // signature (empty before the first call with fusion on).
       .def("fusion_report", [get](const typename Class::type& self) {
         py::dict d;
-        d["forward"] = ReportDict(get(self).forward().report());
-        d["backward"] = ReportDict(get(self).backward().report());
+        auto pair = get(self).last_pair();
+        if (!pair) return d;
+        d["forward"] = ReportDict(pair->forward_report);
+        d["backward"] = ReportDict(pair->backward_report);
+        d["saved_before"] = pair->saved_before;
+        d["saved_after"] = pair->saved_after;
         return d;
       })
       .def("fused_listing", [get](const typename Class::type& self) {
-        auto listing = [](const runtime::Program* p) {
-          return p ? p->Listing() : std::string();
-        };
-        return py::make_tuple(listing(get(self).forward().specialized()),
-                              listing(get(self).backward().specialized()));
+        auto pair = get(self).last_pair();
+        if (!pair) return py::make_tuple(std::string(), std::string());
+        return py::make_tuple(pair->forward->Listing(), pair->backward->Listing());
       });
 }
 
@@ -243,6 +246,20 @@ void BindCompiler(py::module_& parent) {
       .def_property_readonly("backward_instructions", [](const CompiledUserFunction& f) {
         return f.function->backward_program().num_instructions();
       });
+
+  // Live CPU tensor bytes (runtime/memory_meter.h), for benchmarks.
+  m.def("install_memory_meter", &runtime::InstallMemoryMeter);
+  m.def("reset_peak_memory", &runtime::ResetPeakMemory);
+  m.def("memory_stats", [] {
+    TORCH_CHECK(runtime::MemoryMeterInstalled(),
+                "memory_stats: call install_memory_meter() first");
+    runtime::MemoryStats s = runtime::GetMemoryStats();
+    py::dict d;
+    d["live_bytes"] = s.live_bytes;
+    d["peak_bytes"] = s.peak_bytes;
+    d["allocations"] = s.allocations;
+    return d;
+  });
 
   // Runs `graph` through SpecializingProgram (specialize, fuse, plan, JIT)
   // or the generic program; `runs` times, returning the last outputs and
