@@ -1,0 +1,1066 @@
+// Unit tests of the shape-specialization and fusion passes, IR before and
+// after: SpecializeShapes, FuseElementwise, FuseHorizontally /
+// ReorderTopologically, PlanBuffers, ClassifyBroadcast / IsFusibleNode /
+// LowerFusionGroup, and SpecializingProgram end to end. Graphs are parsed
+// from IR text with untyped tensors and given complete types by
+// SpecializeShapes on float64 inputs, as SpecializingProgram does; where a
+// pass rewrites a graph, the rewritten graph is also run (fused groups as
+// LLVM-compiled kernels) against the graph before the pass.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/ir/irparser.h>
+#include <torch/csrc/jit/testing/file_check.h>
+#include <torch/torch.h>
+
+#include "compiler/fuse_elementwise.h"
+#include "compiler/fuse_horizontal.h"
+#include "compiler/fused_kernel_op.h"
+#include "compiler/fusion_group.h"
+#include "compiler/lower_fusion_group.h"
+#include "compiler/plan_buffers.h"
+#include "compiler/specialize_shapes.h"
+#include "compiler/specializing_program.h"
+#include "runtime/kernel_ir.h"
+#include "runtime/program.h"
+
+namespace metafuse::compiler {
+namespace {
+
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+using torch::jit::testing::FileCheck;
+namespace kir = runtime::kir;
+
+std::shared_ptr<Graph> Parse(const std::string& ir) {
+  auto graph = std::make_shared<Graph>();
+  torch::jit::parseIR(ir, graph.get());
+  return graph;
+}
+
+at::Tensor Randn(c10::IntArrayRef sizes) { return torch::randn(sizes, torch::kFloat64); }
+
+// Top-level nodes of `kind` ("aten::mul").
+std::vector<Node*> NodesOf(Graph& graph, const std::string& kind) {
+  std::vector<Node*> found;
+  for (Node* node : graph.nodes()) {
+    if (node->kind().toQualString() == kind) found.push_back(node);
+  }
+  return found;
+}
+size_t Count(Graph& graph, const std::string& kind) { return NodesOf(graph, kind).size(); }
+
+std::vector<Node*> Groups(Graph& graph) { return NodesOf(graph, "metafuse::FusionGroup"); }
+
+const std::shared_ptr<Graph>& Sub(const Node* group) {
+  return group->g(torch::jit::attr::Subgraph);
+}
+
+// Subgraph nodes other than constants.
+size_t SubgraphOps(const Node* group) {
+  size_t n = 0;
+  for (const Node* node : Sub(group)->nodes()) n += node->kind() != torch::jit::prim::Constant;
+  return n;
+}
+
+std::vector<at::Tensor> Tensors(const std::vector<c10::IValue>& values) {
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& v : values) out.push_back(v.toTensor());
+  return out;
+}
+
+std::vector<at::Tensor> RunPlain(const std::shared_ptr<Graph>& graph,
+                                 const std::vector<c10::IValue>& inputs) {
+  runtime::Program program(graph, "plain");
+  return Tensors(program.Run(inputs));
+}
+
+// Runs a graph whose FusionGroup nodes launch LLVM-compiled kernels.
+std::vector<at::Tensor> RunFused(const std::shared_ptr<Graph>& graph,
+                                 const std::vector<c10::IValue>& inputs) {
+  runtime::Program program(graph, "fused", [](Node* node) -> torch::jit::Operation {
+    if (node->kind() == FusionGroupKind()) return MakeFusedKernelOperation(node);
+    return nullptr;
+  });
+  return Tensors(program.Run(inputs));
+}
+
+void ExpectAllClose(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
+                    double tol = 1e-12) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    ASSERT_EQ(got[k].sizes(), want[k].sizes()) << "output " << k;
+    ASSERT_EQ(got[k].scalar_type(), want[k].scalar_type()) << "output " << k;
+    EXPECT_TRUE(torch::allclose(got[k], want[k], 0.0, tol))
+        << "output " << k << "\n got " << got[k] << "\n want " << want[k];
+  }
+}
+
+// A parsed graph specialized to `inputs` and fused vertically; `original`
+// keeps an unspecialized copy to run as the reference.
+struct Fused {
+  std::shared_ptr<Graph> graph, original;
+  FusionStats stats;
+};
+Fused SpecializeAndFuse(const std::string& ir, const std::vector<c10::IValue>& inputs) {
+  Fused f;
+  f.graph = Parse(ir);
+  f.original = f.graph->copy();
+  SpecializeShapes(f.graph, inputs);
+  f.stats = FuseElementwise(f.graph);
+  f.graph->lint();
+  return f;
+}
+
+// The only FusionGroup of `graph`; nullptr, with a failure, if there is not
+// exactly one.
+Node* OnlyGroup(Graph& graph) {
+  auto groups = Groups(graph);
+  EXPECT_EQ(groups.size(), 1u) << graph;
+  return groups.size() == 1 ? groups[0] : nullptr;
+}
+
+// The fused graph (kernels compiled) computes what the graph before the
+// passes does, and leaves the inputs the caller holds as they were.
+void ExpectFusedMatchesPlain(const Fused& f, const std::vector<c10::IValue>& inputs) {
+  std::vector<at::Tensor> held;
+  for (const c10::IValue& v : inputs) {
+    if (v.isTensor()) held.push_back(v.toTensor().clone());
+  }
+  ExpectAllClose(RunFused(f.graph, inputs), RunPlain(f.original, inputs));
+  size_t k = 0;
+  for (const c10::IValue& v : inputs) {
+    if (v.isTensor()) EXPECT_TRUE(torch::equal(v.toTensor(), held[k++])) << "input changed";
+  }
+}
+
+std::vector<int64_t> Reuse(const Node* group) { return group->is(ReuseAttr()); }
+
+// ================================================================ SpecializeShapes
+
+TEST(SpecializeShapes, FoldsSizeNumelAndDimIntoConstants) {
+  auto graph = Parse(R"IR(
+graph(%x : Tensor, %y : Tensor):
+  %s : int[] = aten::size(%x)
+  %r : Tensor = aten::reshape(%y, %s)
+  %n : int = aten::numel(%x)
+  %d : int = aten::dim(%x)
+  %k : int = aten::mul(%n, %d)
+  %z : Tensor = aten::mul(%r, %k)
+  return (%z)
+)IR");
+  torch::manual_seed(1);
+  std::vector<c10::IValue> inputs = {Randn({3, 4}), Randn({12})};
+  auto reference = RunPlain(graph->copy(), inputs);
+  ShapeSpecialization result = SpecializeShapes(graph, inputs);
+  graph->lint();
+  EXPECT_EQ(result.shape_queries_folded, 3);
+  EXPECT_EQ(Count(*graph, "aten::size"), 0u) << *graph;
+  EXPECT_EQ(Count(*graph, "aten::numel"), 0u) << *graph;
+  EXPECT_EQ(Count(*graph, "aten::dim"), 0u) << *graph;
+
+  // reshape reads the constant list [3, 4].
+  auto reshapes = NodesOf(*graph, "aten::reshape");
+  ASSERT_EQ(reshapes.size(), 1u) << *graph;
+  Value* shape = reshapes[0]->input(1);
+  ASSERT_EQ(shape->node()->kind(), torch::jit::prim::Constant) << *graph;
+  EXPECT_EQ(torch::jit::toIValue(shape)->toIntVector(), (std::vector<int64_t>{3, 4}));
+  // numel * dim = 12 * 2, folded by constant propagation: the tensor mul
+  // reads the constant 24.
+  auto muls = NodesOf(*graph, "aten::mul");
+  ASSERT_EQ(muls.size(), 1u) << *graph;
+  ASSERT_EQ(muls[0]->input(1)->node()->kind(), torch::jit::prim::Constant) << *graph;
+  EXPECT_EQ(torch::jit::toIValue(muls[0]->input(1))->toInt(), 24);
+
+  // Every tensor value got its complete type.
+  auto z = CompleteTensorType(graph->outputs()[0]);
+  ASSERT_NE(z, nullptr);
+  EXPECT_EQ(*z->sizes().concrete_sizes(), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(*z->scalarType(), at::kDouble);
+
+  ExpectAllClose(Tensors(result.outputs), reference);
+  ExpectAllClose(RunPlain(graph, inputs), reference);
+}
+
+TEST(SpecializeShapes, RemovesIdentitySumToSizeAndTypeAsKeepsRealReduction) {
+  auto graph = Parse(R"IR(
+graph(%a : Tensor, %b : Tensor, %c : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %x : Tensor = aten::mul(%a, %b)
+  %sa : int[] = aten::size(%a)
+  %y : Tensor = aten::sum_to_size(%x, %sa)
+  %t : Tensor = aten::type_as(%y, %a)
+  %sc : int[] = aten::size(%c)
+  %r : Tensor = aten::sum_to_size(%x, %sc)
+  %u : Tensor = aten::add(%r, %c, %one)
+  return (%t, %u)
+)IR");
+  torch::manual_seed(2);
+  std::vector<c10::IValue> inputs = {Randn({3, 4}), Randn({3, 4}), Randn({4})};
+  auto reference = RunPlain(graph->copy(), inputs);
+  ShapeSpecialization result = SpecializeShapes(graph, inputs);
+  graph->lint();
+  EXPECT_EQ(result.identities_removed, 2) << *graph;
+  EXPECT_EQ(Count(*graph, "aten::type_as"), 0u) << *graph;
+  // The reduction to [4] stays, the one to [3, 4] is gone.
+  auto sums = NodesOf(*graph, "aten::sum_to_size");
+  ASSERT_EQ(sums.size(), 1u) << *graph;
+  EXPECT_EQ(torch::jit::toIValue(sums[0]->input(1))->toIntVector(), (std::vector<int64_t>{4}));
+  EXPECT_EQ(sums[0]->input(0)->node()->kind(), torch::jit::aten::mul);
+  // The first output is the product itself.
+  EXPECT_EQ(graph->outputs()[0]->node()->kind(), torch::jit::aten::mul) << *graph;
+  FileCheck()
+      .check("aten::mul")
+      ->check_not("aten::type_as")
+      ->check_count("aten::sum_to_size", 1, /*exactly=*/true)
+      ->check("aten::add")
+      ->run(*graph);
+
+  ExpectAllClose(Tensors(result.outputs), reference);
+  ExpectAllClose(RunPlain(graph, inputs), reference);
+}
+
+TEST(SpecializeShapes, RemovesNoOpExpandReshapeViewContiguousOnly) {
+  auto graph = Parse(R"IR(
+graph(%a : Tensor, %f : Tensor):
+  %false : bool = prim::Constant[value=0]()
+  %none : NoneType = prim::Constant()
+  %zero : int = prim::Constant[value=0]()
+  %s : int[] = aten::size(%a)
+  %e : Tensor = aten::expand(%a, %s, %false)
+  %r : Tensor = aten::reshape(%e, %s)
+  %v : Tensor = aten::view(%r, %s)
+  %c : Tensor = aten::contiguous(%v, %zero)
+  %tr : Tensor = aten::t(%c)
+  %ct : Tensor = aten::contiguous(%tr, %zero)
+  %tf : Tensor = aten::type_as(%c, %f)
+  return (%ct, %tf)
+)IR");
+  torch::manual_seed(3);
+  std::vector<c10::IValue> inputs = {Randn({3, 4}), torch::randn({2}, torch::kFloat32)};
+  auto reference = RunPlain(graph->copy(), inputs);
+  ShapeSpecialization result = SpecializeShapes(graph, inputs);
+  graph->lint();
+  EXPECT_EQ(result.identities_removed, 4) << *graph;
+  EXPECT_EQ(Count(*graph, "aten::expand"), 0u) << *graph;
+  EXPECT_EQ(Count(*graph, "aten::reshape"), 0u) << *graph;
+  EXPECT_EQ(Count(*graph, "aten::view"), 0u) << *graph;
+  // contiguous of the transpose (not contiguous) stays, and type_as to
+  // another dtype (float64 -> float32) stays.
+  auto contiguous = NodesOf(*graph, "aten::contiguous");
+  ASSERT_EQ(contiguous.size(), 1u) << *graph;
+  EXPECT_EQ(contiguous[0]->input(0)->node()->kind(), torch::jit::aten::t);
+  auto type_as = NodesOf(*graph, "aten::type_as");
+  ASSERT_EQ(type_as.size(), 1u) << *graph;
+  EXPECT_EQ(type_as[0]->input(0), graph->inputs()[0]) << *graph;
+  EXPECT_EQ(NodesOf(*graph, "aten::t")[0]->input(0), graph->inputs()[0]) << *graph;
+
+  auto got = RunPlain(graph, inputs);
+  ASSERT_EQ(got.size(), reference.size());
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(torch::equal(got[k], reference[k]));
+  for (size_t k = 0; k < got.size(); ++k) {
+    EXPECT_TRUE(torch::equal(result.outputs[k].toTensor(), reference[k]));
+  }
+}
+
+// ================================================================ FuseElementwise
+
+TEST(FuseElementwise, ChainBecomesOneGroup) {
+  const char* ir = R"IR(
+graph(%x : Tensor, %y : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %a : Tensor = aten::mul(%x, %y)
+  %b : Tensor = aten::add(%a, %x, %one)
+  %c : Tensor = aten::tanh(%b)
+  %d : Tensor = aten::mul(%c, %y)
+  return (%d)
+)IR";
+  torch::manual_seed(4);
+  std::vector<c10::IValue> inputs = {Randn({3, 4}), Randn({3, 4})};
+  Fused f = SpecializeAndFuse(ir, inputs);
+  EXPECT_EQ(f.stats.groups, 1);
+  EXPECT_EQ(f.stats.fused_nodes, 4);
+  const Node* g = OnlyGroup(*f.graph);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(SubgraphOps(g), 4u) << *Sub(g);
+  EXPECT_EQ(g->inputs().size(), 2u);
+  EXPECT_EQ(g->outputs().size(), 1u);
+  EXPECT_EQ(f.graph->outputs()[0], g->output(0));
+  for (const char* kind : {"aten::mul", "aten::add", "aten::tanh"}) {
+    EXPECT_EQ(Count(*f.graph, kind), 0u) << kind << "\n" << *f.graph;
+  }
+  FileCheck()
+      .check("aten::mul")
+      ->check("aten::add")
+      ->check("aten::tanh")
+      ->check("aten::mul")
+      ->run(*Sub(g));
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+TEST(FuseElementwise, BroadcastBiasExpandIsAbsorbedAsInnerAccess) {
+  const char* ir = R"IR(
+graph(%x : Tensor, %bias : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %false : bool = prim::Constant[value=0]()
+  %s : int[] = prim::Constant[value=[3, 4]]()
+  %be : Tensor = aten::expand(%bias, %s, %false)
+  %m : Tensor = aten::mul(%x, %x)
+  %h : Tensor = aten::add(%m, %be, %one)
+  %t : Tensor = aten::tanh(%h)
+  return (%t)
+)IR";
+  torch::manual_seed(5);
+  std::vector<c10::IValue> inputs = {Randn({3, 4}), Randn({4})};
+  Fused f = SpecializeAndFuse(ir, inputs);
+  const Node* g = OnlyGroup(*f.graph);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(Count(*f.graph, "aten::expand"), 0u) << *f.graph;
+  EXPECT_EQ(Count(*Sub(g), "aten::expand"), 1u) << *Sub(g);
+  // The group reads the [4] vector itself (and %x).
+  ASSERT_EQ(g->inputs().size(), 2u) << *f.graph;
+  const size_t b = g->input(0) == f.graph->inputs()[1] ? 0 : 1;
+  EXPECT_EQ(g->input(b), f.graph->inputs()[1]) << *f.graph;
+  EXPECT_EQ(g->input(1 - b), f.graph->inputs()[0]) << *f.graph;
+  auto plan = LowerFusionGroup(g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->loop_sizes, (std::vector<int64_t>{3, 4}));
+  ASSERT_EQ(plan->kernel.inputs.size(), 2u);
+  const kir::InputSpec& bias = plan->kernel.inputs[plan->binding[b]];
+  EXPECT_EQ(bias.access, kir::Access::kInner);
+  EXPECT_EQ(bias.inner, 4);
+  EXPECT_EQ(plan->kernel.inputs[plan->binding[1 - b]].access, kir::Access::kElement);
+  EXPECT_NE(kir::Print(plan->kernel).find("[i % inner] inner=4"), std::string::npos)
+      << kir::Print(plan->kernel);
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+TEST(FuseElementwise, SingleOpIsNotFused) {
+  torch::manual_seed(6);
+  // One add.
+  Fused single = SpecializeAndFuse(R"IR(
+graph(%x : Tensor, %y : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %a : Tensor = aten::add(%x, %y, %one)
+  return (%a)
+)IR",
+                                   {Randn({3, 4}), Randn({3, 4})});
+  EXPECT_EQ(single.stats.groups, 0);
+  EXPECT_EQ(Groups(*single.graph).size(), 0u) << *single.graph;
+  EXPECT_EQ(Count(*single.graph, "aten::add"), 1u);
+  // One add and the expand it reads: expand does not count.
+  Fused with_expand = SpecializeAndFuse(R"IR(
+graph(%x : Tensor, %bias : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %false : bool = prim::Constant[value=0]()
+  %s : int[] = prim::Constant[value=[3, 4]]()
+  %be : Tensor = aten::expand(%bias, %s, %false)
+  %a : Tensor = aten::add(%x, %be, %one)
+  return (%a)
+)IR",
+                                        {Randn({3, 4}), Randn({4})});
+  EXPECT_EQ(with_expand.stats.groups, 0);
+  EXPECT_EQ(Groups(*with_expand.graph).size(), 0u) << *with_expand.graph;
+  EXPECT_EQ(Count(*with_expand.graph, "aten::expand"), 1u);
+  EXPECT_EQ(Count(*with_expand.graph, "aten::add"), 1u);
+}
+
+TEST(FuseElementwise, MiddleBroadcastIsNotAbsorbed) {
+  // %w [3, 1, 5] broadcast into the [3, 4, 5] loop: no element, scalar,
+  // inner or outer access reads it, so the mul reading it stays outside.
+  const char* ir = R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %p : Tensor = aten::mul(%x, %x)
+  %q : Tensor = aten::mul(%p, %w)
+  %r : Tensor = aten::tanh(%q)
+  %s : Tensor = aten::neg(%r)
+  return (%s)
+)IR";
+  torch::manual_seed(7);
+  std::vector<c10::IValue> inputs = {Randn({3, 4, 5}), Randn({3, 1, 5})};
+  Fused f = SpecializeAndFuse(ir, inputs);
+  const Node* g = OnlyGroup(*f.graph);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(SubgraphOps(g), 2u) << *Sub(g);
+  EXPECT_EQ(Count(*Sub(g), "aten::tanh"), 1u);
+  EXPECT_EQ(Count(*Sub(g), "aten::neg"), 1u);
+  EXPECT_EQ(Count(*Sub(g), "aten::mul"), 0u) << *Sub(g);
+  EXPECT_EQ(Count(*f.graph, "aten::mul"), 2u) << *f.graph;
+  for (const Value* in : g->inputs()) EXPECT_NE(in, f.graph->inputs()[1]);
+  ExpectFusedMatchesPlain(f, inputs);
+
+  // The same through an explicit expand: the [3, 1, 5] -> [3, 4, 5] expand
+  // (and the exp before it) stay outside; the group reads the expanded value.
+  const char* expanded_ir = R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %false : bool = prim::Constant[value=0]()
+  %s : int[] = prim::Constant[value=[3, 4, 5]]()
+  %a : Tensor = aten::exp(%w)
+  %e : Tensor = aten::expand(%a, %s, %false)
+  %b : Tensor = aten::mul(%x, %e)
+  %c : Tensor = aten::tanh(%b)
+  return (%c)
+)IR";
+  Fused e = SpecializeAndFuse(expanded_ir, inputs);
+  const Node* ge = OnlyGroup(*e.graph);
+  ASSERT_NE(ge, nullptr);
+  EXPECT_EQ(SubgraphOps(ge), 2u) << *Sub(ge);
+  EXPECT_EQ(Count(*e.graph, "aten::expand"), 1u) << *e.graph;
+  EXPECT_EQ(Count(*e.graph, "aten::exp"), 1u) << *e.graph;
+  EXPECT_EQ(Count(*Sub(ge), "aten::expand"), 0u) << *Sub(ge);
+  const Value* expand_out = NodesOf(*e.graph, "aten::expand")[0]->output();
+  bool reads_expand = false;
+  for (const Value* in : ge->inputs()) reads_expand = reads_expand || in == expand_out;
+  EXPECT_TRUE(reads_expand) << *e.graph;
+  ExpectFusedMatchesPlain(e, inputs);
+}
+
+// %a = x * y, then `rest`: %a is read by an mm and by elementwise ops.
+std::string MulThenMm(const std::string& rest) {
+  return R"IR(
+graph(%x : Tensor, %y : Tensor, %w : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %a : Tensor = aten::mul(%x, %y)
+)IR" + rest;
+}
+
+std::vector<c10::IValue> MmGraphInputs() {
+  torch::manual_seed(8);
+  return {Randn({3, 4}), Randn({3, 4}), Randn({4, 4})};
+}
+
+TEST(FuseElementwise, ProducerReadByMmBeforeGroupStaysOutside) {
+  // %a is read by the mm, which comes before the group's position: putting
+  // %a into the group would make the mm read a value defined after it.
+  const auto inputs = MmGraphInputs();
+  Fused f = SpecializeAndFuse(MulThenMm(R"IR(
+  %m : Tensor = aten::mm(%a, %w)
+  %b : Tensor = aten::add(%a, %m, %one)
+  %c : Tensor = aten::tanh(%b)
+  return (%c)
+)IR"),
+                              inputs);
+  const Node* g = OnlyGroup(*f.graph);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(SubgraphOps(g), 2u) << *Sub(g);
+  EXPECT_EQ(Count(*Sub(g), "aten::mul"), 0u) << *Sub(g);
+  EXPECT_EQ(Count(*f.graph, "aten::mul"), 1u) << *f.graph;
+  EXPECT_EQ(g->outputs().size(), 1u);
+  FileCheck()
+      .check("aten::mul")
+      ->check("aten::mm")
+      ->check("metafuse::FusionGroup")
+      ->run(*f.graph);
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+TEST(FuseElementwise, ProducerReadByMmAfterGroupBecomesSecondOutput) {
+  const auto inputs = MmGraphInputs();
+  Fused f = SpecializeAndFuse(MulThenMm(R"IR(
+  %b : Tensor = aten::add(%a, %x, %one)
+  %c : Tensor = aten::tanh(%b)
+  %m : Tensor = aten::mm(%a, %w)
+  return (%c, %m)
+)IR"),
+                              inputs);
+  const Node* g = OnlyGroup(*f.graph);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(SubgraphOps(g), 3u) << *Sub(g);
+  EXPECT_EQ(Count(*f.graph, "aten::mul"), 0u) << *f.graph;
+  ASSERT_EQ(g->outputs().size(), 2u) << *f.graph;
+  Node* mm = NodesOf(*f.graph, "aten::mm").at(0);
+  EXPECT_EQ(mm->input(0)->node(), g) << *f.graph;
+  EXPECT_EQ(f.graph->outputs()[0]->node(), g) << *f.graph;
+  EXPECT_NE(mm->input(0), f.graph->outputs()[0]);
+  EXPECT_TRUE(mm->isAfter(g));
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+// relu's backward, g * (x > 0).type_as(g), returning `ret`.
+std::string ReluBackward(const std::string& ret) {
+  return R"IR(
+graph(%x : Tensor, %g : Tensor):
+  %zero : int = prim::Constant[value=0]()
+  %mask : Tensor = aten::gt(%x, %zero)
+  %mf : Tensor = aten::type_as(%mask, %g)
+  %r : Tensor = aten::mul(%g, %mf)
+  return ()IR" + ret + ")\n";
+}
+
+TEST(FuseElementwise, ReluBackwardFusesComparisonInside) {
+  torch::manual_seed(10);
+  std::vector<c10::IValue> inputs = {Randn({3, 4}), Randn({3, 4})};
+  Fused f = SpecializeAndFuse(ReluBackward("%r"), inputs);
+  const Node* g = OnlyGroup(*f.graph);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(Count(*f.graph, "aten::gt"), 0u) << *f.graph;
+  EXPECT_EQ(Count(*f.graph, "aten::type_as"), 0u) << *f.graph;
+  EXPECT_EQ(SubgraphOps(g), 3u) << *Sub(g);
+  FileCheck().check("aten::gt")->check("aten::type_as")->check("aten::mul")->run(*Sub(g));
+  // No bool tensor enters the kernel.
+  for (const Value* in : g->inputs()) {
+    auto t = CompleteTensorType(in);
+    ASSERT_NE(t, nullptr);
+    EXPECT_NE(*t->scalarType(), at::kBool);
+  }
+  auto plan = LowerFusionGroup(g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(kir::Print(plan->kernel).find("select.gt"), std::string::npos)
+      << kir::Print(plan->kernel);
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+TEST(FuseElementwise, ComparisonReadOutsideIsDuplicated) {
+  torch::manual_seed(11);
+  std::vector<c10::IValue> inputs = {Randn({3, 4}), Randn({3, 4})};
+  Fused f = SpecializeAndFuse(ReluBackward("%r, %mask"), inputs);
+  const Node* g = OnlyGroup(*f.graph);
+  ASSERT_NE(g, nullptr);
+  // The original comparison stays for the returned mask, a copy is inside.
+  auto gts = NodesOf(*f.graph, "aten::gt");
+  ASSERT_EQ(gts.size(), 1u) << *f.graph;
+  EXPECT_EQ(f.graph->outputs()[1], gts[0]->output()) << *f.graph;
+  EXPECT_EQ(Count(*Sub(g), "aten::gt"), 1u) << *Sub(g);
+  EXPECT_EQ(Count(*Sub(g), "aten::type_as"), 1u) << *Sub(g);
+  EXPECT_EQ(g->outputs().size(), 1u) << *f.graph;
+  for (const Value* in : g->inputs()) {
+    EXPECT_NE(in, gts[0]->output()) << *f.graph;
+    EXPECT_NE(*CompleteTensorType(in)->scalarType(), at::kBool);
+  }
+  EXPECT_EQ(f.graph->outputs()[0], g->output(0));
+  auto got = RunFused(f.graph, inputs);
+  auto want = RunPlain(f.original, inputs);
+  ExpectAllClose({got[0]}, {want[0]});
+  EXPECT_TRUE(torch::equal(got[1], want[1]));
+}
+
+// ================================================================ FuseHorizontally
+
+// %n<k> = %p<k> - 0.1 * %<g>: a mul and a sub, one two-op group.
+std::string Update(int k, const std::string& g) {
+  const std::string n = std::to_string(k);
+  return "  %u" + n + " : Tensor = aten::mul(%" + g + ", %lr)\n  %n" + n +
+         " : Tensor = aten::sub(%p" + n + ", %u" + n + ", %one)\n";
+}
+
+// A graph of tensor inputs `params` with the constants %lr = 0.1, %one = 1,
+// %none, then `body` and `return (<ret>)`.
+std::string UpdateGraph(const std::vector<std::string>& params, const std::string& body,
+                        const std::string& ret) {
+  std::string ir = "graph(";
+  for (size_t k = 0; k < params.size(); ++k) ir += (k ? ", %" : "%") + params[k] + " : Tensor";
+  return ir + "):\n  %lr : float = prim::Constant[value=0.1]()\n" +
+         "  %one : int = prim::Constant[value=1]()\n  %none : NoneType = prim::Constant()\n" +
+         body + "  return (" + ret + ")\n";
+}
+
+// p_i - 0.1 * g_i for i = 0, 1, 2, each its own group.
+std::string ThreeUpdates() {
+  return UpdateGraph({"p0", "g0", "p1", "g1", "p2", "g2"},
+                     Update(0, "g0") + Update(1, "g1") + Update(2, "g2"), "%n0, %n1, %n2");
+}
+
+// Update 1 reads update 0's result %n0 directly; the sum of %n0, between
+// the two, keeps vertical fusion from joining them. Then `more`.
+std::string DependentUpdates(const std::vector<std::string>& more_params,
+                             const std::string& more, const std::string& ret) {
+  std::vector<std::string> params = {"p0", "g0", "p1"};
+  params.insert(params.end(), more_params.begin(), more_params.end());
+  return UpdateGraph(params,
+                     Update(0, "g0") + "  %s0 : Tensor = aten::sum(%n0, %none)\n" +
+                         Update(1, "n0") + more,
+                     ret);
+}
+
+// `ir` specialized to `inputs` and fused vertically into `vertical` groups,
+// then horizontally into `merged` nodes absorbing `segments` of them; the
+// result is a valid graph.
+Fused FuseBothWays(const std::string& ir, const std::vector<c10::IValue>& inputs,
+                   size_t vertical, int64_t merged, int64_t segments) {
+  Fused f = SpecializeAndFuse(ir, inputs);
+  EXPECT_EQ(Groups(*f.graph).size(), vertical) << *f.graph;
+  HorizontalFusionStats stats = FuseHorizontally(f.graph);
+  f.graph->lint();
+  EXPECT_EQ(stats.merged_nodes, merged) << *f.graph;
+  EXPECT_EQ(stats.segments, segments) << *f.graph;
+  return f;
+}
+
+std::vector<c10::IValue> ThreeUpdateInputs() {
+  torch::manual_seed(12);
+  return {Randn({3}), Randn({3}), Randn({2, 5}), Randn({2, 5}), Randn({4, 4}), Randn({4, 4})};
+}
+
+TEST(FuseHorizontally, IndependentUpdatesOfDifferentSizesMerge) {
+  auto inputs = ThreeUpdateInputs();
+  Fused f = FuseBothWays(ThreeUpdates(), inputs, 3, 1, 3);
+  Node* merged = OnlyGroup(*f.graph);
+  ASSERT_NE(merged, nullptr);
+  ASSERT_TRUE(merged->hasAttribute(SegmentsAttr()));
+  EXPECT_EQ(merged->i(SegmentsAttr()), 3);
+  ASSERT_EQ(merged->inputs().size(), 6u);
+  ASSERT_EQ(merged->outputs().size(), 3u);
+  // Segment s reads (g_s, p_s) and gives n_s; every use is rewired.
+  const std::vector<std::vector<int64_t>> sizes = {{3}, {2, 5}, {4, 4}};
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(merged->input(2 * s), f.graph->inputs()[2 * s + 1]) << s;
+    EXPECT_EQ(merged->input(2 * s + 1), f.graph->inputs()[2 * s]) << s;
+    EXPECT_EQ(f.graph->outputs()[s], merged->output(s)) << s;
+    EXPECT_EQ(*CompleteTensorType(merged->output(s))->sizes().concrete_sizes(), sizes[s]);
+  }
+  EXPECT_EQ(Count(*f.graph, "aten::mul"), 0u);
+  EXPECT_EQ(Count(*f.graph, "aten::sub"), 0u);
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+TEST(FuseHorizontally, DependentGroupsAreNotMerged) {
+  const std::string ir = DependentUpdates({}, "", "%n1, %s0");
+  torch::manual_seed(13);
+  std::vector<c10::IValue> inputs = {Randn({5}), Randn({5}), Randn({5})};
+  Fused f = SpecializeAndFuse(ir, inputs);
+  auto before = Groups(*f.graph);
+  ASSERT_EQ(before.size(), 2u) << *f.graph;
+  // Same kernel: only the dependence keeps them apart.
+  auto k0 = LowerFusionGroup(before[0]), k1 = LowerFusionGroup(before[1]);
+  ASSERT_TRUE(k0.ok() && k1.ok());
+  EXPECT_EQ(kir::Print(k0->kernel), kir::Print(k1->kernel));
+  EXPECT_EQ(before[1]->input(0), before[0]->output(0)) << *f.graph;
+
+  HorizontalFusionStats stats = FuseHorizontally(f.graph);
+  f.graph->lint();
+  EXPECT_EQ(stats.merged_nodes, 0);
+  auto after = Groups(*f.graph);
+  ASSERT_EQ(after.size(), 2u) << *f.graph;
+  for (const Node* g : after) EXPECT_FALSE(g->hasAttribute(SegmentsAttr()));
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+TEST(FuseHorizontally, MergesAroundADependentGroupInTopologicalOrder) {
+  // A, B (reads A), C (independent): A and C merge; the merged node lands
+  // after C, so B (which reads A's part) must be moved after it.
+  const std::string ir = DependentUpdates({"p2", "g2"}, Update(2, "g2"), "%n1, %s0, %n2");
+  torch::manual_seed(14);
+  std::vector<c10::IValue> inputs = {Randn({5}), Randn({5}), Randn({5}), Randn({2, 3}),
+                                     Randn({2, 3})};
+  Fused f = FuseBothWays(ir, inputs, 3, 1, 2);
+  auto groups = Groups(*f.graph);
+  ASSERT_EQ(groups.size(), 2u) << *f.graph;
+  ASSERT_TRUE(groups[0]->hasAttribute(SegmentsAttr())) << *f.graph;
+  EXPECT_EQ(groups[0]->i(SegmentsAttr()), 2);
+  EXPECT_FALSE(groups[1]->hasAttribute(SegmentsAttr()));
+  // Every node after the definitions it reads.
+  for (Node* node : f.graph->nodes()) {
+    for (Value* in : node->inputs()) {
+      if (in->node()->kind() != torch::jit::prim::Param) EXPECT_TRUE(in->node()->isBefore(node));
+    }
+  }
+  EXPECT_EQ(groups[1]->input(0), groups[0]->output(0)) << *f.graph;
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+TEST(FuseHorizontally, BroadcastGroupsMergeOnlyWithTheSameKernel) {
+  // tanh(x_i + b_i) with a row bias: the kernel reads b_i as [i % inner],
+  // so the groups with a [4] bias (rows of 3 and of 7) share a kernel and
+  // the one with a [5] bias does not.
+  const char* ir = R"IR(
+graph(%x0 : Tensor, %b0 : Tensor, %x1 : Tensor, %b1 : Tensor, %x2 : Tensor, %b2 : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %h0 : Tensor = aten::add(%x0, %b0, %one)
+  %t0 : Tensor = aten::tanh(%h0)
+  %h1 : Tensor = aten::add(%x1, %b1, %one)
+  %t1 : Tensor = aten::tanh(%h1)
+  %h2 : Tensor = aten::add(%x2, %b2, %one)
+  %t2 : Tensor = aten::tanh(%h2)
+  return (%t0, %t1, %t2)
+)IR";
+  torch::manual_seed(24);
+  std::vector<c10::IValue> inputs = {Randn({3, 4}), Randn({4}), Randn({2, 5}), Randn({5}),
+                                     Randn({7, 4}), Randn({4})};
+  Fused f = FuseBothWays(ir, inputs, 3, 1, 2);
+  auto groups = Groups(*f.graph);
+  ASSERT_EQ(groups.size(), 2u) << *f.graph;
+  const Node* merged = nullptr;
+  const Node* single = nullptr;
+  for (const Node* g : groups) (g->hasAttribute(SegmentsAttr()) ? merged : single) = g;
+  ASSERT_NE(merged, nullptr) << *f.graph;
+  ASSERT_NE(single, nullptr) << *f.graph;
+  EXPECT_EQ(merged->i(SegmentsAttr()), 2);
+  EXPECT_EQ(merged->output(0), f.graph->outputs()[0]);
+  EXPECT_EQ(merged->output(1), f.graph->outputs()[2]);
+  EXPECT_EQ(single->output(0), f.graph->outputs()[1]);
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+TEST(FuseHorizontally, RuntimeScalarIsBoundPerSegment) {
+  // The learning rates are graph inputs (numbers), not constants: one
+  // kernel with a scalar parameter, given each segment's own rate.
+  const char* ir = R"IR(
+graph(%p0 : Tensor, %g0 : Tensor, %lr0 : float, %p1 : Tensor, %g1 : Tensor, %lr1 : float):
+  %one : int = prim::Constant[value=1]()
+  %u0 : Tensor = aten::mul(%g0, %lr0)
+  %n0 : Tensor = aten::sub(%p0, %u0, %one)
+  %u1 : Tensor = aten::mul(%g1, %lr1)
+  %n1 : Tensor = aten::sub(%p1, %u1, %one)
+  return (%n0, %n1)
+)IR";
+  torch::manual_seed(25);
+  std::vector<c10::IValue> inputs = {Randn({3}), Randn({3}), 0.5, Randn({2, 2}), Randn({2, 2}),
+                                     -3.0};
+  Fused f = FuseBothWays(ir, inputs, 2, 1, 2);
+  const Node* g = OnlyGroup(*f.graph);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->i(SegmentsAttr()), 2);
+  auto plan = LowerFusionGroup(g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kernel.scalars.size(), 1u) << kir::Print(plan->kernel);
+  PlanBuffers(f.graph);
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+TEST(ReorderTopologically, MovesUsersAfterDefinitionsKeepingOrder) {
+  auto graph = Parse(R"IR(
+graph(%x : Tensor):
+  %a : Tensor = aten::exp(%x)
+  %b : Tensor = aten::neg(%a)
+  %c : Tensor = aten::tanh(%x)
+  return (%b, %c)
+)IR");
+  Node* exp = NodesOf(*graph, "aten::exp").at(0);
+  exp->moveBefore(graph->return_node());  // now after its user
+  ReorderTopologically(graph->block());
+  graph->lint();
+  std::vector<std::string> order;
+  for (Node* node : graph->nodes()) order.push_back(node->kind().toQualString());
+  EXPECT_EQ(order, (std::vector<std::string>{"aten::tanh", "aten::exp", "aten::neg"}));
+}
+
+// ================================================================ PlanBuffers
+
+// `ir` specialized to `inputs` and fused gives one group; PlanBuffers plans
+// `planned` reuses and sets its attr `reuse`; the planned graph computes what
+// the graph before does, without touching the caller's inputs.
+void ExpectPlan(const std::string& ir, const std::vector<c10::IValue>& inputs,
+                int64_t planned, const std::vector<int64_t>& reuse) {
+  Fused f = SpecializeAndFuse(ir, inputs);
+  const Node* g = OnlyGroup(*f.graph);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(PlanBuffers(f.graph), planned) << *f.graph;
+  EXPECT_EQ(Reuse(g), reuse) << *f.graph;
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+// mm -> (* 2, exp), then `tail`: the group reads only the mm's result.
+std::string MmThenGroup(const std::string& tail) {
+  return R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %two : float = prim::Constant[value=2.]()
+  %a : Tensor = aten::mm(%x, %w)
+  %b : Tensor = aten::mul(%a, %two)
+  %c : Tensor = aten::exp(%b)
+)IR" + tail;
+}
+
+std::vector<c10::IValue> MmInputs(uint64_t seed) {
+  torch::manual_seed(seed);
+  return {Randn({3, 4}), Randn({4, 4})};
+}
+
+TEST(PlanBuffers, DyingSameShapeInputIsReused) {
+  ExpectPlan(MmThenGroup("  return (%c)\n"), MmInputs(15), 1, {0});
+}
+
+TEST(PlanBuffers, InputUsedLaterIsNotReused) {
+  ExpectPlan(MmThenGroup("  %d : Tensor = aten::mm(%a, %w)\n  return (%c, %d)\n"),
+             MmInputs(16), 0, {-1});
+}
+
+TEST(PlanBuffers, ReturnedGraphInputIsNotReused) {
+  auto ir = [](const std::string& ret) {
+    return R"IR(
+graph(%x : Tensor):
+  %two : float = prim::Constant[value=2.]()
+  %b : Tensor = aten::mul(%x, %two)
+  %c : Tensor = aten::exp(%b)
+)IR" + ret;
+  };
+  torch::manual_seed(17);
+  std::vector<c10::IValue> inputs = {Randn({3, 4})};
+  ExpectPlan(ir("  return (%c, %x)\n"), inputs, 0, {-1});
+  // Control: the same input not returned is planned (whether the caller
+  // still holds it is checked at run time: ExpectPlan checks that the held
+  // input is not overwritten).
+  ExpectPlan(ir("  return (%c)\n"), inputs, 1, {0});
+}
+
+TEST(PlanBuffers, BroadcastInputIsNotReused) {
+  // %x is returned (never a candidate); %v is read as a [4] row.
+  const char* ir = R"IR(
+graph(%x : Tensor, %v : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %b : Tensor = aten::add(%x, %v, %one)
+  %c : Tensor = aten::tanh(%b)
+  return (%c, %x)
+)IR";
+  torch::manual_seed(18);
+  ExpectPlan(ir, {Randn({3, 4}), Randn({4})}, 0, {-1});
+  // Control: %v of the loop shape is taken.
+  ExpectPlan(ir, {Randn({3, 4}), Randn({3, 4})}, 1, {1});
+}
+
+TEST(PlanBuffers, InputNotReadByEveryOutputIsNotReused) {
+  // With %z returned, the group's outputs are (zeros_like(a), exp(a * z)):
+  // the first reads nothing, so its store could clobber %a before exp(...)
+  // loads it.
+  auto ir = [](const std::string& ret) {
+    return R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %none : NoneType = prim::Constant()
+  %a : Tensor = aten::mm(%x, %w)
+  %z : Tensor = aten::zeros_like(%a, %none, %none, %none, %none, %none)
+  %b : Tensor = aten::mul(%a, %z)
+  %c : Tensor = aten::exp(%b)
+)IR" + ret;
+  };
+  const std::string returned = ir("  return (%c, %z)\n");
+  Fused f = SpecializeAndFuse(returned, MmInputs(19));
+  const Node* g = OnlyGroup(*f.graph);
+  ASSERT_NE(g, nullptr);
+  ASSERT_EQ(g->inputs().size(), 1u) << *f.graph;
+  ASSERT_EQ(g->outputs().size(), 2u) << *f.graph;
+  EXPECT_EQ(Count(*Sub(g), "aten::zeros_like"), 1u);
+  ExpectPlan(returned, MmInputs(19), 0, {-1, -1});
+  // Control: with zeros_like only inside, the one output reads %a.
+  ExpectPlan(ir("  return (%c)\n"), MmInputs(19), 1, {0});
+}
+
+TEST(PlanBuffers, HorizontalGroupReusesPerSegment) {
+  auto inputs = ThreeUpdateInputs();
+  Fused f = FuseBothWays(ThreeUpdates(), inputs, 3, 1, 3);
+  const Node* g = OnlyGroup(*f.graph);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(PlanBuffers(f.graph), 3);
+  // Output s takes g_s, input 2 s of the node.
+  EXPECT_EQ(Reuse(g), (std::vector<int64_t>{0, 2, 4}));
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+// ================================================================ lowering
+
+TEST(ClassifyBroadcast, Forms) {
+  using A = kir::Access;
+  struct Case {
+    std::vector<int64_t> sizes, loop;
+    A access;
+    int64_t inner;
+  };
+  const std::vector<Case> cases = {
+      {{3, 4}, {3, 4}, A::kElement, 1},
+      {{1, 3, 4}, {3, 4}, A::kElement, 1},  // leading ones
+      {{4}, {1, 4}, A::kElement, 1},
+      {{}, {3, 4}, A::kBroadcast, 1},
+      {{1, 1}, {3, 4}, A::kBroadcast, 1},
+      {{4}, {3, 4}, A::kInner, 4},
+      {{1, 4}, {3, 4}, A::kInner, 4},
+      {{3, 4}, {2, 3, 4}, A::kInner, 12},
+      {{1, 1, 4}, {3, 1, 4}, A::kInner, 4},
+      {{3, 1}, {3, 4}, A::kOuter, 4},
+      {{2, 1, 1}, {2, 3, 4}, A::kOuter, 12},
+      {{2, 3, 1}, {2, 3, 4}, A::kOuter, 4},
+  };
+  for (const Case& c : cases) {
+    auto got = ClassifyBroadcast(c.sizes, c.loop);
+    ASSERT_TRUE(got.has_value()) << c10::IntArrayRef(c.sizes) << " in " << c10::IntArrayRef(c.loop);
+    EXPECT_EQ(got->access, c.access) << c10::IntArrayRef(c.sizes) << " in "
+                                     << c10::IntArrayRef(c.loop);
+    if (c.access == A::kInner || c.access == A::kOuter) {
+      EXPECT_EQ(got->inner, c.inner) << c10::IntArrayRef(c.sizes) << " in "
+                                     << c10::IntArrayRef(c.loop);
+    }
+  }
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> rejected = {
+      {{3, 1, 5}, {3, 4, 5}},  // middle broadcast
+      {{1, 3, 1}, {2, 3, 4}},  // middle block
+      {{5}, {3, 4}},           // does not broadcast
+      {{2, 3, 4}, {3, 4}},     // larger than the loop
+      {{3}, {3, 1}},
+  };
+  for (const auto& [sizes, loop] : rejected) {
+    EXPECT_FALSE(ClassifyBroadcast(sizes, loop).has_value())
+        << c10::IntArrayRef(sizes) << " in " << c10::IntArrayRef(loop);
+  }
+}
+
+TEST(IsFusibleNode, DecidesOnCompleteTypes) {
+  auto graph = Parse(R"IR(
+graph(%x : Tensor, %y : Tensor, %f : Tensor, %s : Tensor, %i : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %two : float = prim::Constant[value=2.]()
+  %mode : str = prim::Constant[value="floor"]()
+  %mm : Tensor = aten::mm(%x, %y)
+  %add : Tensor = aten::add(%x, %y, %one)
+  %mixed : Tensor = aten::add(%f, %x, %one)
+  %scalar0d : Tensor = aten::add(%f, %s, %one)
+  %gt : Tensor = aten::gt(%x, %y)
+  %tanh : Tensor = aten::tanh(%x)
+  %int : Tensor = aten::mul(%i, %i)
+  %floor : Tensor = aten::div(%x, %y, %mode)
+  %powt : Tensor = aten::pow(%x, %y)
+  %pows : Tensor = aten::pow(%x, %two)
+  return (%mm, %add, %mixed, %scalar0d, %gt, %tanh, %int, %floor, %powt, %pows)
+)IR");
+  torch::manual_seed(20);
+  SpecializeShapes(graph, {Randn({3, 3}), Randn({3, 3}), torch::randn({3, 3}, torch::kFloat32),
+                           torch::tensor(0.5, torch::kFloat64),
+                           torch::ones({3, 3}, torch::kInt64)});
+  auto producer = [&](size_t k) { return graph->outputs()[k]->node(); };
+  const std::vector<std::pair<std::string, bool>> expected = {
+      {"mm", false},      {"add", true},   {"mixed", false}, {"scalar0d", true},
+      {"gt", true},       {"tanh", true},  {"int", false},   {"floor", false},
+      {"powt", false},    {"pows", true},
+  };
+  for (size_t k = 0; k < expected.size(); ++k) {
+    EXPECT_EQ(IsFusibleNode(producer(k)), expected[k].second) << expected[k].first;
+  }
+  EXPECT_TRUE(IsFusibleComparison(producer(4)));
+  EXPECT_FALSE(IsFusibleComparison(producer(5)));
+}
+
+TEST(LowerFusionGroup, WhereOfComparisonIsASelect) {
+  const char* ir = R"IR(
+graph(%x : Tensor, %y : Tensor):
+  %c : Tensor = aten::gt(%x, %y)
+  %w : Tensor = aten::where(%c, %x, %y)
+  %r : Tensor = aten::mul(%w, %w)
+  return (%r)
+)IR";
+  torch::manual_seed(21);
+  std::vector<c10::IValue> inputs = {Randn({3, 4}), Randn({3, 4})};
+  Fused f = SpecializeAndFuse(ir, inputs);
+  const Node* g = OnlyGroup(*f.graph);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(Count(*f.graph, "aten::gt"), 0u);
+  auto plan = LowerFusionGroup(g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::string text = kir::Print(plan->kernel);
+  EXPECT_EQ(plan->kernel.name.rfind("fused_", 0), 0u) << plan->kernel.name;
+  EXPECT_EQ(plan->kernel.inputs.size(), 2u) << text;
+  EXPECT_EQ(plan->kernel.outputs.size(), 1u) << text;
+  EXPECT_EQ(plan->output_dtypes, (std::vector<c10::ScalarType>{at::kDouble}));
+  EXPECT_NE(text.find("select.gt"), std::string::npos) << text;
+  EXPECT_NE(text.find("mul"), std::string::npos) << text;
+  EXPECT_NE(text.find("f64"), std::string::npos) << text;
+  int selects = 0;
+  for (const kir::Node& n : plan->kernel.nodes) selects += n.op == kir::Op::kSelect;
+  EXPECT_EQ(selects, 1) << text;
+  EXPECT_TRUE(kir::Validate(plan->kernel).ok());
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+TEST(LowerFusionGroup, RejectsWhatIsNotAnElementwiseGroup) {
+  auto graph = Parse(R"IR(
+graph(%x : Tensor):
+  %a : Tensor = aten::tanh(%x)
+  return (%a)
+)IR");
+  SpecializeShapes(graph, {Randn({3, 3})});
+  auto not_group = LowerFusionGroup(NodesOf(*graph, "aten::tanh").at(0));
+  EXPECT_FALSE(not_group.ok());
+
+  // A hand-made group holding an mm: the error names it.
+  auto sub = Parse(R"IR(
+graph(%x : Tensor):
+  %m : Tensor = aten::mm(%x, %x)
+  %a : Tensor = aten::tanh(%m)
+  return (%a)
+)IR");
+  SpecializeShapes(sub, {Randn({3, 3})});
+  Value* x = graph->inputs()[0];
+  Node* group = graph->create(FusionGroupKind(), {x}, 1);
+  group->g_(torch::jit::attr::Subgraph, sub);
+  group->output()->copyMetadata(graph->outputs()[0]);
+  group->insertBefore(graph->return_node());
+  auto bad = LowerFusionGroup(group);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("aten::mm"), std::string::npos)
+      << bad.status();
+}
+
+// ================================================================ end to end
+
+TEST(SpecializingProgram, FusedMatchesUnfusedFirstAndCachedRuns) {
+  const char* ir = R"IR(
+graph(%x : Tensor, %w : Tensor, %b : Tensor, %y : Tensor, %col : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %none : NoneType = prim::Constant()
+  %two : float = prim::Constant[value=2.]()
+  %m : Tensor = aten::mm(%x, %w)
+  %h : Tensor = aten::add(%m, %b, %one)
+  %t : Tensor = aten::tanh(%h)
+  %d : Tensor = aten::sub(%t, %y, %one)
+  %sq : Tensor = aten::mul(%d, %d)
+  %l : Tensor = aten::sum(%sq, %none)
+  %gd : Tensor = aten::mul(%d, %two)
+  %tt : Tensor = aten::mul(%t, %t)
+  %dt : Tensor = aten::rsub(%tt, %one, %one)
+  %gh0 : Tensor = aten::mul(%gd, %dt)
+  %gh : Tensor = aten::mul(%gh0, %col)
+  %sb : int[] = aten::size(%b)
+  %gb : Tensor = aten::sum_to_size(%gh, %sb)
+  %wt : Tensor = aten::t(%x)
+  %gw : Tensor = aten::mm(%wt, %gh)
+  return (%l, %gh, %gb, %gw)
+)IR";
+  auto make_inputs = [](uint64_t seed, int64_t rows = 5) {
+    torch::manual_seed(seed);
+    return std::vector<c10::IValue>{Randn({rows, 4}), Randn({4, 3}), Randn({3}),
+                                    Randn({rows, 3}), Randn({rows, 1})};
+  };
+  StageLog log;
+  SpecializingProgram fused(Parse(ir), "e2e", &log);
+  fused.set_fusion(true);
+  SpecializingProgram unfused(Parse(ir), "e2e_unfused", nullptr);
+  unfused.set_fusion(false);
+  EXPECT_EQ(fused.specialized(), nullptr);
+
+  for (uint64_t seed : {22u, 22u, 23u}) {  // first, cached, cached on new values
+    auto inputs = make_inputs(seed);
+    std::vector<at::Tensor> held;
+    for (const auto& v : inputs) held.push_back(v.toTensor().clone());
+    auto got = Tensors(fused.Run(inputs));
+    auto want = Tensors(unfused.Run(make_inputs(seed)));
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    ExpectAllClose(got, want, 1e-12);
+    for (size_t k = 0; k < held.size(); ++k) {
+      EXPECT_TRUE(torch::equal(inputs[k].toTensor(), held[k])) << "input " << k << " changed";
+    }
+  }
+  const SpecializationReport report = fused.report();
+  EXPECT_TRUE(report.fallback.empty()) << report.fallback;
+  EXPECT_GT(report.fusion_groups, 0);
+  EXPECT_GT(report.fused_nodes, report.fusion_groups);
+  EXPECT_LT(report.nodes_after, report.nodes_specialized);
+  EXPECT_EQ(report.shape_queries_folded, 1);
+  ASSERT_NE(fused.specialized(), nullptr);
+  EXPECT_EQ(unfused.specialized(), nullptr);
+  EXPECT_EQ(unfused.report().fusion_groups, 0);
+
+  // Another batch size specializes again; going back finds the first
+  // specialization.
+  const runtime::Program* first = fused.specialized();
+  for (int64_t rows : {6, 5}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    auto got = Tensors(fused.Run(make_inputs(30 + rows, rows)));
+    auto want = Tensors(unfused.Run(make_inputs(30 + rows, rows)));
+    ExpectAllClose(got, want, 1e-12);
+    ASSERT_EQ(got[1].size(0), rows);
+    if (rows == 6) EXPECT_NE(fused.specialized(), first);
+    if (rows == 5) EXPECT_EQ(fused.specialized(), first);
+  }
+  EXPECT_TRUE(fused.report().fallback.empty()) << fused.report().fallback;
+}
+
+}  // namespace
+}  // namespace metafuse::compiler
