@@ -8,6 +8,8 @@
 #include "compiler/fuse_horizontal.h"
 #include "compiler/fused_kernel_op.h"
 #include "compiler/fusion_group.h"
+#include "compiler/gemm_op.h"
+#include "compiler/lower_matmul.h"
 #include "compiler/plan_buffers.h"
 #include "compiler/specialize_shapes.h"
 
@@ -52,6 +54,7 @@ int64_t CountNodes(const torch::jit::Graph& graph) {
 
 torch::jit::Operation FusedOperations(torch::jit::Node* node) {
   if (node->kind() == FusionGroupKind()) return MakeFusedKernelOperation(node);
+  if (node->kind() == GemmKind()) return MakeGemmOperation(node);
   return nullptr;
 }
 
@@ -121,6 +124,7 @@ FusedProgram BuildFusedProgram(std::shared_ptr<torch::jit::Graph> graph,
   FusedProgram result;
   result.unfused = graph->copy();
   try {
+    report->gemms = LowerMatmulToGemm(graph);
     FusionStats vertical = FuseElementwise(graph);
     HorizontalFusionStats horizontal = FuseHorizontally(graph);
     report->fusion_groups = vertical.groups;

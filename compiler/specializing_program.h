@@ -31,6 +31,7 @@ struct SpecializationReport {
   int64_t nodes_after = 0;           // after fusion
   int64_t shape_queries_folded = 0;
   int64_t identities_removed = 0;
+  int64_t gemms = 0;                 // matrix products lowered to direct GEMM
   int64_t fusion_groups = 0;         // vertical groups formed
   int64_t fused_nodes = 0;           // ops they absorbed
   int64_t horizontal_nodes = 0;      // merged launches

@@ -132,6 +132,7 @@ py::dict ReportDict(const SpecializationReport& r) {
   d["nodes_after"] = r.nodes_after;
   d["shape_queries_folded"] = r.shape_queries_folded;
   d["identities_removed"] = r.identities_removed;
+  d["gemms"] = r.gemms;
   d["fusion_groups"] = r.fusion_groups;
   d["fused_nodes"] = r.fused_nodes;
   d["horizontal_nodes"] = r.horizontal_nodes;

@@ -1,0 +1,92 @@
+#include "compiler/gemm_op.h"
+
+#include <dlfcn.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUFunctions.h>
+
+namespace metafuse::compiler {
+namespace {
+
+template <typename T>
+using FortranGemm = void (*)(const char*, const char*, const int*, const int*, const int*,
+                             const T*, const T*, const int*, const T*, const int*, const T*,
+                             T*, const int*);
+
+struct Blas {
+  FortranGemm<float> sgemm = nullptr;
+  FortranGemm<double> dgemm = nullptr;
+};
+
+const Blas& FindBlas() {
+  static const Blas blas = [] {
+    Blas b;
+    // The BLAS LibTorch links is already loaded; RTLD_NOLOAD never loads one.
+    for (const char* name : {"libblas.so.3", "libopenblas.so.0", "libblis.so.4"}) {
+      void* handle = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+      if (handle == nullptr) continue;
+      b.sgemm = reinterpret_cast<FortranGemm<float>>(dlsym(handle, "sgemm_"));
+      b.dgemm = reinterpret_cast<FortranGemm<double>>(dlsym(handle, "dgemm_"));
+      if (b.sgemm && b.dgemm) return b;
+    }
+    b.sgemm = reinterpret_cast<FortranGemm<float>>(dlsym(RTLD_DEFAULT, "sgemm_"));
+    b.dgemm = reinterpret_cast<FortranGemm<double>>(dlsym(RTLD_DEFAULT, "dgemm_"));
+    if (!b.sgemm || !b.dgemm) b = Blas{};
+    return b;
+  }();
+  return blas;
+}
+
+// Row-major C[M,N] = op(A)[M,K] op(B)[K,N] is column-major
+// C^T = op(B)^T op(A)^T, so B goes first.
+template <typename T>
+void RowMajorGemm(FortranGemm<T> gemm, bool ta, bool tb, int m, int n, int k, const T* a,
+                  const T* b, T* c) {
+  const char trans_b = tb ? 'T' : 'N', trans_a = ta ? 'T' : 'N';
+  const int ldb = tb ? k : n, lda = ta ? m : k, ldc = n;
+  const T one = 1, zero = 0;
+  gemm(&trans_b, &trans_a, &n, &m, &k, &one, b, &ldb, a, &lda, &zero, c, &ldc);
+}
+
+}  // namespace
+
+bool DirectBlasAvailable() { return FindBlas().sgemm != nullptr; }
+
+torch::jit::Operation MakeGemmOperation(torch::jit::Node* gemm) {
+  const bool ta = gemm->i(c10::Symbol::attr("trans_a")) != 0;
+  const bool tb = gemm->i(c10::Symbol::attr("trans_b")) != 0;
+  gemm->s_(torch::jit::attr::name, std::string("gemm_") + (ta ? "t" : "n") + (tb ? "t" : "n"));
+  return [ta, tb](torch::jit::Stack& stack) {
+    at::Tensor b = std::move(stack.back()).toTensor();
+    stack.pop_back();
+    at::Tensor a = std::move(stack.back()).toTensor();
+    const Blas& blas = FindBlas();
+    const bool direct = blas.sgemm != nullptr && a.scalar_type() == b.scalar_type() &&
+                        (a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble) &&
+                        a.is_cpu() && b.is_cpu() && a.dim() == 2 && b.dim() == 2 &&
+                        a.numel() < (1LL << 31) && b.numel() < (1LL << 31);
+    if (!direct) {
+      stack.back() = at::mm(ta ? a.t() : a, tb ? b.t() : b);
+      return;
+    }
+    a = a.contiguous();
+    b = b.contiguous();
+    const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1);
+    const int64_t n = tb ? b.size(0) : b.size(1);
+    TORCH_CHECK((tb ? b.size(1) : b.size(0)) == k, "metafuse::gemm: inner sizes differ (", k,
+                " and ", tb ? b.size(1) : b.size(0), ")");
+    at::Tensor c = at::empty({m, n}, a.options());
+    if (k == 0 || m == 0 || n == 0) {
+      c.zero_();
+    } else if (a.scalar_type() == at::kFloat) {
+      RowMajorGemm<float>(blas.sgemm, ta, tb, m, n, k, a.data_ptr<float>(),
+                          b.data_ptr<float>(), c.data_ptr<float>());
+    } else {
+      RowMajorGemm<double>(blas.dgemm, ta, tb, m, n, k, a.data_ptr<double>(),
+                           b.data_ptr<double>(), c.data_ptr<double>());
+    }
+    stack.back() = std::move(c);
+  };
+}
+
+}  // namespace metafuse::compiler

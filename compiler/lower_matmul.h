@@ -1,0 +1,23 @@
+// Pass: matrix products to direct GEMM calls.
+//
+// Runs on a shape-specialized graph. Each aten::mm of float32/float64 CPU
+// matrices becomes metafuse::gemm(a, b) with attributes trans_a / trans_b:
+// an operand that is aten::t (or transpose(0, 1)) of a row-major matrix is
+// read through the BLAS transpose flag instead of through a transposed view,
+// so the view and the dispatcher call disappear (the transposes die unless
+// something else reads them). The runtime operation (gemm_op.h) calls the
+// BLAS that LibTorch itself uses.
+#pragma once
+
+#include <memory>
+
+#include <torch/csrc/jit/ir/ir.h>
+
+namespace metafuse::compiler {
+
+c10::Symbol GemmKind();
+
+// Returns the number of products lowered.
+int64_t LowerMatmulToGemm(const std::shared_ptr<torch::jit::Graph>& graph);
+
+}  // namespace metafuse::compiler
