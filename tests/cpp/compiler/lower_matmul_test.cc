@@ -1,0 +1,103 @@
+// LowerMatmulToGemm (IR before/after) and the metafuse::gemm runtime
+// operation: every transpose combination, float32 and float64, against
+// ATen's mm.
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/ir/irparser.h>
+#include <torch/torch.h>
+
+#include "compiler/gemm_op.h"
+#include "compiler/lower_matmul.h"
+#include "compiler/specialize_shapes.h"
+#include "compiler/specializing_program.h"
+
+namespace metafuse::compiler {
+namespace {
+
+using torch::jit::Graph;
+
+std::shared_ptr<Graph> Parse(const std::string& ir) {
+  auto graph = std::make_shared<Graph>();
+  torch::jit::parseIR(ir, graph.get());
+  return graph;
+}
+
+size_t Count(const Graph& graph, const std::string& kind) {
+  size_t n = 0;
+  for (const torch::jit::Node* node : graph.nodes()) n += node->kind().toQualString() == kind;
+  return n;
+}
+
+constexpr const char* kProducts = R"IR(
+graph(%a : Tensor, %b : Tensor, %c : Tensor):
+  %at : Tensor = aten::t(%a)
+  %bt : Tensor = aten::t(%b)
+  %nn : Tensor = aten::mm(%a, %b)
+  %tn : Tensor = aten::mm(%at, %c)
+  %nt : Tensor = aten::mm(%c, %bt)
+  %tt : Tensor = aten::mm(%bt, %at)
+  return (%nn, %tn, %nt, %tt)
+)IR";
+
+TEST(LowerMatmulToGemm, FoldsTransposesIntoFlags) {
+  auto graph = Parse(kProducts);
+  // a [3,4], b [4,3], c [3,3]: every product is defined.
+  SpecializeShapes(graph, {torch::randn({3, 4}, torch::kFloat64),
+                           torch::randn({4, 3}, torch::kFloat64),
+                           torch::randn({3, 3}, torch::kFloat64)});
+  EXPECT_EQ(LowerMatmulToGemm(graph), 4);
+  EXPECT_EQ(Count(*graph, "aten::mm"), 0u);
+  EXPECT_EQ(Count(*graph, "aten::t"), 0u);  // read only by the products
+  std::string flags;
+  for (const torch::jit::Node* node : graph->nodes()) {
+    if (node->kind() != GemmKind()) continue;
+    flags += std::to_string(node->i(c10::Symbol::attr("trans_a"))) +
+             std::to_string(node->i(c10::Symbol::attr("trans_b"))) + " ";
+  }
+  EXPECT_EQ(flags, "00 10 01 11 ");
+}
+
+TEST(LowerMatmulToGemm, KeepsTransposesReadElsewhereAndSkipsIntegers) {
+  auto graph = Parse(R"IR(
+graph(%a : Tensor, %b : Tensor):
+  %at : Tensor = aten::t(%a)
+  %p : Tensor = aten::mm(%at, %b)
+  return (%p, %at)
+)IR");
+  SpecializeShapes(graph, {torch::randn({3, 4}, torch::kFloat64),
+                           torch::randn({3, 2}, torch::kFloat64)});
+  EXPECT_EQ(LowerMatmulToGemm(graph), 1);
+  EXPECT_EQ(Count(*graph, "aten::t"), 1u);  // still returned
+
+  auto ints = Parse("graph(%a : Tensor, %b : Tensor):\n"
+                    "  %p : Tensor = aten::mm(%a, %b)\n  return (%p)\n");
+  SpecializeShapes(ints, {torch::ones({2, 2}, torch::kLong), torch::ones({2, 2}, torch::kLong)});
+  EXPECT_EQ(LowerMatmulToGemm(ints), 0);
+  EXPECT_EQ(Count(*ints, "aten::mm"), 1u);
+}
+
+TEST(GemmOperation, EveryTransposeCombinationMatchesMm) {
+  ASSERT_TRUE(DirectBlasAvailable()) << "LibTorch's BLAS was not found in the process";
+  for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    auto opts = torch::TensorOptions().dtype(dtype);
+    std::vector<c10::IValue> inputs = {torch::randn({5, 7}, opts), torch::randn({7, 5}, opts),
+                                       torch::randn({5, 5}, opts)};
+    auto graph = Parse(kProducts);
+    SpecializingProgram fused(graph->copy(), "gemm", nullptr);
+    SpecializingProgram generic(graph->copy(), "mm", nullptr);
+    generic.set_fusion(false);
+    auto got = fused.Run(inputs);
+    auto want = generic.Run(inputs);
+    EXPECT_EQ(fused.report().gemms, 4);
+    const double tol = dtype == torch::kFloat32 ? 1e-5 : 1e-12;
+    for (size_t k = 0; k < want.size(); ++k) {
+      EXPECT_TRUE(torch::allclose(got[k].toTensor(), want[k].toTensor(), tol, tol))
+          << "product " << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace metafuse::compiler
