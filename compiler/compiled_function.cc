@@ -1,6 +1,7 @@
 #include "compiler/compiled_function.h"
 
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/lower_tuples.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
@@ -76,8 +77,16 @@ struct ProgramNode : public torch::autograd::Function<ProgramNode> {
     auto holder = c10::static_intrusive_pointer_cast<Holder>(
         ctx->saved_data["function"].toCapsule());
     const CompiledFunction& fn = *holder->function;
+    TORCH_CHECK(ctx->saved_data.count("saved"),
+                "metafuse: trying to backward through a compiled function a second time "
+                "(its saved values were freed by the first backward); pass "
+                "retain_graph=True to the first backward to keep them");
     std::vector<c10::IValue> in;
     for (const auto& v : ctx->saved_data["saved"].toList()) in.push_back(v);
+    // Unless the graph is kept for another backward, the program's registers
+    // become the only owners of the saved values, so each is freed after its
+    // last read instead of at the end of the backward.
+    if (!torch::autograd::get_current_graph_task_keep_graph()) ctx->saved_data.erase("saved");
     auto sizes = ctx->saved_data["output_sizes"].toList();
     auto dtypes = ctx->saved_data["output_dtypes"].toIntVector();
     for (size_t i = 0; i < cotangents.size(); ++i) {

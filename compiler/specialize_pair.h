@@ -10,7 +10,10 @@
 //      ones, recording its shapes,
 //   3. saved values the specialized backward does not read are removed from
 //      both: the forward stops returning them (dead code after them goes),
-//      the backward stops taking them,
+//      the backward stops taking them; a saved value one elementwise op
+//      computes from forward inputs and other saved values is recomputed at
+//      the start of the backward instead (rematerialization: its buffer no
+//      longer lives from forward to backward),
 //   4. both are fused and lowered (BuildFusedProgram).
 // The specialized forward then runs on the call's inputs.
 #pragma once
@@ -31,6 +34,7 @@ struct SpecializedPair {
   SpecializationReport forward_report, backward_report;
   int64_t saved_before = 0;  // values the generic forward saves
   int64_t saved_after = 0;   // values the specialized forward saves
+  int64_t rematerialized = 0;  // saved values recomputed in the backward instead
 };
 
 // Specializes `split` to `inputs` (one per forward input); `outputs`

@@ -162,6 +162,7 @@ void BindFusionMethods(Class& cls, Get get) {
         d["backward"] = ReportDict(pair->backward_report);
         d["saved_before"] = pair->saved_before;
         d["saved_after"] = pair->saved_after;
+        d["rematerialized"] = pair->rematerialized;
         return d;
       })
       .def("fused_listing", [get](const typename Class::type& self) {

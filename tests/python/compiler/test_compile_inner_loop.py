@@ -319,3 +319,29 @@ def test_compiled_calls_do_not_leak_what_they_save(front):
         adapt(w, x).sum().backward()
     grown = _resident_mib() - before
     assert grown < 40, f"resident memory grew by {grown:.0f} MiB over 200 calls"
+
+
+def test_second_backward_needs_retain_graph():
+    # Without retain_graph the compiled backward frees the saved values as it
+    # reads them (like autograd's saved tensors); a second backward is then a
+    # clear error, and retain_graph=True keeps them for it.
+    net = make_net(torch.float64)
+    loss_fn = mse_loss_fn(net)
+    xs, ys, xq, yq = task(torch.float64)
+    adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.05), steps=2)
+    params = params_of(net)
+    first = torch.autograd.grad(loss_fn(adapt(params, xs, ys), xq, yq),
+                                list(params.values()))
+    loss = loss_fn(adapt(params, xs, ys), xq, yq)
+    again = torch.autograd.grad(loss, list(params.values()), retain_graph=True)
+    twice = torch.autograd.grad(loss, list(params.values()))
+    for a, b, c in zip(first, again, twice):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        torch.testing.assert_close(a, c, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="a second time"):
+        torch.autograd.grad(loss, list(params.values()))
+    # Through the compiled node alone (sums save nothing), the message is ours.
+    total = sum(v.sum() for v in adapt(params, xs, ys).values())
+    torch.autograd.grad(total, list(params.values()))
+    with pytest.raises(RuntimeError, match="compiled function a second time"):
+        torch.autograd.grad(total, list(params.values()))
