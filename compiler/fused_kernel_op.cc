@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include "absl/container/inlined_vector.h"
+
 #include "compiler/fusion_group.h"
 #include "compiler/lower_fusion_group.h"
 #include "runtime/kernel_cache.h"
@@ -109,11 +111,12 @@ torch::jit::Operation MakeFusedKernelOperation(torch::jit::Node* group) {
     const FusedKernelPlan& p = l.plan;
     const size_t total_in = l.inputs_per_segment * l.segments;
     const size_t base = stack.size() - total_in;
-    std::vector<at::Tensor> outputs(l.outputs_per_segment * l.segments);
-    std::vector<at::Tensor> keep;  // contiguous copies live until the launch ends
-    std::vector<const void*> in_ptrs(p.kernel.inputs.size());
-    std::vector<void*> out_ptrs(l.outputs_per_segment);
-    std::vector<double> scalars(p.kernel.scalars.size());
+    // On the stack for the usual sizes: a launch is a few microseconds.
+    absl::InlinedVector<at::Tensor, 8> outputs(l.outputs_per_segment * l.segments);
+    absl::InlinedVector<at::Tensor, 2> keep;  // contiguous copies, alive until the launch ends
+    absl::InlinedVector<const void*, 16> in_ptrs(p.kernel.inputs.size());
+    absl::InlinedVector<void*, 8> out_ptrs(l.outputs_per_segment);
+    absl::InlinedVector<double, 4> scalars(p.kernel.scalars.size());
     for (int64_t s = 0; s < l.segments; ++s) {
       const size_t first = base + s * l.inputs_per_segment;
       for (size_t i = 0; i < l.inputs_per_segment; ++i) {
