@@ -120,6 +120,9 @@ def _named_slots(module, kind):
             yield (f"{prefix}.{attr}" if prefix else attr), value
 
 
+_NAME_PARTS = {}  # "layer.0.weight" -> (("layer", "0"), "weight")
+
+
 def functional_call(module, params, *args, **kwargs):
     """Calls ``module(*args, **kwargs)`` with its parameters replaced by the
     tensors in ``params`` (a dict: qualified name -> tensor), then restores
@@ -130,8 +133,20 @@ def functional_call(module, params, *args, **kwargs):
                         f"{type(module).__name__}")
     slots = []
     for name, value in params.items():
-        owner_path, _, attr = name.rpartition(".")
-        owner = module.get_submodule(owner_path) if owner_path else module
+        parts = _NAME_PARTS.get(name)
+        if parts is None:
+            owner_path, _, attr = name.rpartition(".")
+            parts = _NAME_PARTS[name] = (tuple(owner_path.split(".")) if owner_path else (),
+                                         attr)
+        path, attr = parts
+        try:  # the submodule dicts directly: this runs once per parameter per call
+            owner = module
+            for part in path:
+                owner = owner._modules[part]
+            if owner is None:
+                raise KeyError(name)
+        except (KeyError, AttributeError):
+            owner = module.get_submodule(".".join(path))  # its error names the path
         if attr not in owner._parameters:
             raise KeyError(f"functional_call: the module has no parameter {name!r}")
         slots.append((owner, attr, owner._parameters[attr]))
