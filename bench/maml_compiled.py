@@ -1,23 +1,33 @@
 """MAML sinusoid meta-step: compiled inner loop versus the eager path.
 
-MLP 1-40-40-1, 5 inner SGD steps (lr 0.01), meta-batch 25 tasks, outer
-metafuse.Adam (1e-3), float32, 1 thread. Variants, alternating meta-steps
-in one run from the same weights and tasks:
-  - eager: metafuse.MetaSGD on the nn.Module (the eager path of issue 5)
-  - compiled: metafuse.compile_inner_loop (no fusion yet)
-Also reports the one-time compile latency (trace + passes + lowering) and the
-peak resident memory of each variant, each in a fresh process.
+MLP 1-40-40-1, 5 inner SGD steps (lr 0.01), meta-batch 25, 10 shots, outer
+metafuse.Adam (1e-3), float32, 1 thread. Four variants train side by side
+from the same weights on the same tasks, alternating meta-steps in one run:
+  - eager unfused : metafuse.MetaSGD on the nn.Module (issue 5's eager path)
+  - eager fused   : the same with fused=True (kernels/ optimizer operators)
+  - compiled, fusion off : compile_inner_loop, its generic program (issue 8)
+  - compiled      : compile_inner_loop with every pass: shape specialization,
+                    vertical and horizontal fusion into LLVM-JIT'd kernels,
+                    buffer planning, flatten caching
+It prints the meta-training curve of each variant, the median meta-step
+time and the ratios, then, each in a fresh process: the compile latency of
+the first task (trace + passes + kernels) with an empty kernel cache (cold)
+and with the cache the cold run filled (warm), and the working memory of
+each variant (peak of live tensor bytes during a meta-step, counted by a
+wrapper around c10's CPU allocator).
 
-    /usr/bin/python3 bench/maml_compiled.py [--iterations N]
+    /usr/bin/python3 bench/maml_compiled.py [--iterations N] [--json FILE]
 """
 
 import argparse
 import json
 import math
+import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -25,6 +35,7 @@ import torch
 import metafuse as mf
 
 HIDDEN, INNER_STEPS, META_BATCH, SHOTS, INNER_LR = 40, 5, 25, 10, 0.01
+VARIANTS = ("eager unfused", "eager fused", "compiled, fusion off", "compiled")
 
 
 def make_net():
@@ -43,13 +54,13 @@ def sample_tasks(generator):
     return x[:, :SHOTS], y[:, :SHOTS], x[:, SHOTS:], y[:, SHOTS:]
 
 
-def eager_step(net, outer, tasks):
+def eager_step(net, outer, tasks, fused):
     xs, ys, xq, yq = tasks
     outer.zero_grad()
     initial = mf.extract_state_dict(net)
     total = 0.0
     for t in range(META_BATCH):
-        inner = mf.MetaSGD(net, lr=INNER_LR)
+        inner = mf.MetaSGD(net, lr=INNER_LR, fused=fused)
         for _ in range(INNER_STEPS):
             inner.step(torch.nn.functional.mse_loss(net(xs[t]), ys[t]))
         loss = torch.nn.functional.mse_loss(net(xq[t]), yq[t]) / META_BATCH
@@ -75,82 +86,174 @@ def compiled_step(net, outer, adapt, tasks):
     return total
 
 
-def peak_memory(variant, iterations):
-    """Peak resident memory (MiB) of a fresh process running `iterations`
-    meta-steps of one variant: the two never share a process."""
-    out = subprocess.run([sys.executable, __file__, "--memory-child", variant,
-                          "--iterations", str(iterations)],
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"]
+class Variant:
+    def __init__(self, name):
+        self.name = name
+        self.net = make_net()
+        self.outer = mf.Adam(self.net.parameters(), lr=1e-3)
+        self.adapt = None
+        if name.startswith("compiled"):
+            def loss_fn(p, x, y):
+                return torch.nn.functional.mse_loss(mf.functional_call(self.net, p, x), y)
+            self.adapt = mf.compile_inner_loop(loss_fn, mf.sgd(INNER_LR), steps=INNER_STEPS)
+        self.losses, self.times = [], []
+
+    def step(self, tasks):
+        if self.adapt is None:
+            return eager_step(self.net, self.outer, tasks, fused=self.name == "eager fused")
+        loss = compiled_step(self.net, self.outer, self.adapt, tasks)
+        if self.name == "compiled, fusion off":
+            for program in self.adapt._programs.values():
+                program.set_fusion(False)
+        return loss
+
+    def timed_step(self, tasks):
+        start = time.perf_counter()
+        self.losses.append(self.step(tasks))
+        self.times.append(time.perf_counter() - start)
 
 
-def memory_child(variant, iterations):
+def child_compile_latency():
+    """First task of a fresh process: adapt (trace, passes, forward kernels)
+    plus the query loss's backward (backward specialization and kernels)."""
     torch.set_num_threads(1)
     net = make_net()
-    outer = mf.Adam(net.parameters(), lr=1e-3)
+    xs, ys, xq, yq = sample_tasks(torch.Generator().manual_seed(1))
+    params = dict(net.named_parameters())
+
+    def loss_fn(p, x, y):
+        return torch.nn.functional.mse_loss(mf.functional_call(net, p, x), y)
+
+    adapt = mf.compile_inner_loop(loss_fn, mf.sgd(INNER_LR), steps=INNER_STEPS)
+
+    def task(t):
+        fast = adapt(params, xs[t], ys[t])
+        torch.nn.functional.mse_loss(mf.functional_call(net, fast, xq[t]), yq[t]).backward()
+
+    start = time.perf_counter()
+    task(0)
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    task(1)
+    steady = time.perf_counter() - start
+    report = next(iter(adapt._programs.values())).fusion_report()
+    return {"first_task_ms": first * 1e3, "steady_task_ms": steady * 1e3,
+            "specialize_forward_ms": report["forward"]["seconds"] * 1e3,
+            "specialize_backward_ms": report["backward"]["seconds"] * 1e3,
+            "report": report}
+
+
+def child_memory(variant, iterations):
+    """Tensor memory of one meta-step after `iterations` - 1 warm ones: the
+    peak of live CPU tensor bytes above the level at its start, counted
+    exactly by a wrapper around c10's CPU allocator (every allocation: eager
+    ops, autograd, compiled instructions, fused-kernel outputs)."""
+    from metafuse._C import _compiler as core
+    core.install_memory_meter()
+    torch.set_num_threads(1)
+    v = Variant(variant)
     generator = torch.Generator().manual_seed(1)
-    if variant == "compiled":
-        def loss_fn(p, x, y):
-            return torch.nn.functional.mse_loss(mf.functional_call(net, p, x), y)
-        adapt = mf.compile_inner_loop(loss_fn, mf.sgd(INNER_LR), steps=INNER_STEPS)
-        for _ in range(iterations):
-            compiled_step(net, outer, adapt, sample_tasks(generator))
-    else:
-        for _ in range(iterations):
-            eager_step(net, outer, sample_tasks(generator))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"peak_mib": peak}))
+    for _ in range(iterations - 1):
+        v.step(sample_tasks(generator))
+    tasks = sample_tasks(generator)
+    core.reset_peak_memory()
+    start = core.memory_stats()["live_bytes"]
+    v.step(tasks)
+    stats = core.memory_stats()
+    return {"peak_tensor_mib": (stats["peak_bytes"] - start) / 2**20,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def run_child(args, env=None):
+    out = subprocess.run([sys.executable, __file__] + args, capture_output=True, text=True,
+                         check=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=30)
-    parser.add_argument("--memory-child", choices=["eager", "compiled"],
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--json", help="also write the measurements to this file")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.memory_child:
-        memory_child(args.memory_child, args.iterations)
+    if args.child == "compile":
+        print(json.dumps(child_compile_latency()))
         return
+    if args.child == "memory":
+        print(json.dumps(child_memory(args.variant, 5)))
+        return
+
     torch.set_num_threads(1)
-    eager_net, compiled_net = make_net(), make_net()
-    eager_outer = mf.Adam(eager_net.parameters(), lr=1e-3)
-    compiled_outer = mf.Adam(compiled_net.parameters(), lr=1e-3)
-
-    def loss_fn(p, x, y):
-        return torch.nn.functional.mse_loss(mf.functional_call(compiled_net, p, x), y)
-
-    adapt = mf.compile_inner_loop(loss_fn, mf.sgd(INNER_LR), steps=INNER_STEPS)
+    variants = [Variant(name) for name in VARIANTS]
     generator = torch.Generator().manual_seed(1)
     warm = sample_tasks(generator)
-    start = time.perf_counter()
-    adapt(dict(compiled_net.named_parameters()), warm[0][0], warm[1][0])
-    compile_seconds = time.perf_counter() - start
-    assert adapt.compile_count == 1
-
-    eager_times, compiled_times, eager_losses, compiled_losses = [], [], [], []
-    for _ in range(args.iterations):
+    for v in variants:  # compile (and specialize) outside the timed steps
+        if v.adapt is not None:
+            v.step(warm)
+            v.net.load_state_dict(make_net().state_dict())
+            v.outer = mf.Adam(v.net.parameters(), lr=1e-3)
+    for i in range(args.iterations):
         tasks = sample_tasks(generator)
-        start = time.perf_counter()
-        eager_losses.append(eager_step(eager_net, eager_outer, tasks))
-        eager_times.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        compiled_losses.append(compiled_step(compiled_net, compiled_outer, adapt, tasks))
-        compiled_times.append(time.perf_counter() - start)
-    assert adapt.compile_count == 1, "same guard must not recompile"
-    first = abs(eager_losses[0] - compiled_losses[0]) / abs(eager_losses[0])
-    assert first < 1e-5, (eager_losses[0], compiled_losses[0])
-    t_eager, t_compiled = statistics.median(eager_times), statistics.median(compiled_times)
+        for v in (variants if i % 2 == 0 else variants[::-1]):
+            v.timed_step(tasks)
+    for v in variants:
+        if v.adapt is not None:
+            assert v.adapt.compile_count == 1, "same guard must not recompile"
+    reference = variants[0].losses[0]
+    for v in variants[1:]:
+        agree = abs(v.losses[0] - reference) / abs(reference)
+        assert agree < 1e-5, (v.name, v.losses[0], reference)
+
     print(f"MAML sinusoid meta-step, MLP 1-{HIDDEN}-{HIDDEN}-1, {INNER_STEPS} inner SGD "
           f"steps, meta-batch {META_BATCH}, {args.iterations} meta-steps, 1 thread")
-    print(f"  eager (MetaSGD)            : {t_eager * 1e3:8.1f} ms / meta-step (median)")
-    print(f"  compiled (no fusion)       : {t_compiled * 1e3:8.1f} ms / meta-step (median)")
-    print(f"  eager / compiled           : {t_eager / t_compiled:8.2f}x")
-    print(f"  one-time compile latency   : {compile_seconds * 1e3:8.1f} ms")
-    print(f"  first meta-step loss agrees to {first:.1e} relative; final losses "
-          f"eager {eager_losses[-1]:.4f}, compiled {compiled_losses[-1]:.4f}")
-    eager_peak, compiled_peak = peak_memory("eager", 5), peak_memory("compiled", 5)
-    print(f"  peak RSS, fresh process, 5 meta-steps: eager {eager_peak:.1f} MiB, "
-          f"compiled {compiled_peak:.1f} MiB")
+    every = max(1, args.iterations // 10)
+    print("meta-training loss (the four variants train the same model on the same tasks):")
+    print("  step " + "".join(f"{v.name:>22}" for v in variants))
+    for i in sorted(set(range(0, args.iterations, every)) | {args.iterations - 1}):
+        print(f"  {i + 1:4d} " + "".join(f"{v.losses[i]:22.4f}" for v in variants))
+    medians = {v.name: statistics.median(v.times) * 1e3 for v in variants}
+    compiled = medians["compiled"]
+    print("median meta-step time (ratio: variant / compiled):")
+    for name, ms in medians.items():
+        print(f"  {name:22s} {ms:8.1f} ms   {ms / compiled:6.2f}x")
+
+    cache_dir = tempfile.mkdtemp(prefix="metafuse-bench-cache-")
+    env = dict(os.environ, XDG_CACHE_HOME=cache_dir)
+    cold = run_child(["--child", "compile"], env)
+    warm = run_child(["--child", "compile"], env)
+    print("compile latency, first task of a fresh process (trace + passes + kernels, "
+          "forward and backward):")
+    for label, r in (("cold (empty kernel cache)", cold), ("warm (disk kernel cache)", warm)):
+        print(f"  {label:26s} {r['first_task_ms']:7.1f} ms (steady task "
+              f"{r['steady_task_ms']:.1f} ms; specialization + fusion + kernels: forward "
+              f"{r['specialize_forward_ms']:.1f} ms, backward "
+              f"{r['specialize_backward_ms']:.1f} ms)")
+    report = warm["report"]
+    for program in ("forward", "backward"):
+        r = report[program]
+        print(f"  {program}: {r['nodes_before']} nodes -> {r['nodes_specialized']} after "
+              f"shape specialization -> {r['instructions']} instructions; "
+              f"{r['fusion_groups']} fused groups of {r['fused_nodes']} ops, "
+              f"{r['horizontal_nodes']} horizontal launches over "
+              f"{r['horizontal_segments']} groups, {r['planned_reuses']} planned buffer reuses")
+    memory = {}
+    for name in VARIANTS:
+        child_env = dict(os.environ)
+        if name == "compiled, fusion off":
+            child_env["METAFUSE_DISABLE_FUSION"] = "1"
+        memory[name] = run_child(["--child", "memory", "--variant", name], child_env)
+    print("tensor memory of a meta-step, fresh process (peak live tensor bytes above "
+          "the level at its start):")
+    for name, m in memory.items():
+        print(f"  {name:22s} {m['peak_tensor_mib']:7.2f} MiB   (process peak RSS "
+              f"{m['peak_rss_mib']:.1f} MiB)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"iterations": args.iterations, "median_ms": medians,
+                       "losses": {v.name: v.losses for v in variants},
+                       "compile": {"cold": cold, "warm": warm}, "memory": memory}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":
