@@ -54,7 +54,16 @@ void Merge(torch::jit::Graph* graph, const std::vector<Node*>& bucket) {
     }
   }
   for (Node* g : bucket) g->destroy();
-  ReorderTopologically(graph->block());
+  // Placed after the last member, the merged node is already in order unless
+  // an earlier member's output was read before that point.
+  bool ordered = true;
+  for (Value* out : merged->outputs()) {
+    for (const torch::jit::Use& use : out->uses()) {
+      ordered = ordered && (use.user->kind() == torch::jit::prim::Return ||
+                            use.user->isAfter(merged));
+    }
+  }
+  if (!ordered) ReorderTopologically(graph->block());
 }
 
 }  // namespace

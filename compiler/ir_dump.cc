@@ -7,11 +7,47 @@
 
 namespace metafuse::compiler {
 
+namespace {
+
+bool DumpRequested() {
+  const char* env = std::getenv("METAFUSE_DUMP_IR");
+  return env != nullptr && *env != '\0' && std::string(env) != "0";
+}
+
+}  // namespace
+
+void StageLog::RecordFinal(const std::string& stage,
+                           std::shared_ptr<const torch::jit::Graph> graph) {
+  if (DumpRequested()) {
+    Record(stage, *graph);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.emplace_back(stages_.size(), std::move(graph));
+  stages_.emplace_back(stage, std::string());
+}
+
+const std::vector<std::pair<std::string, std::string>>& StageLog::stages() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [index, graph] : pending_) {
+    std::ostringstream os;
+    os << *graph;
+    stages_[index].second = os.str();
+  }
+  pending_.clear();
+  return stages_;
+}
+
 void StageLog::Record(const std::string& stage,
                       const torch::jit::Graph& graph) {
   std::ostringstream os;
   os << graph;
-  stages_.emplace_back(stage, os.str());
+  size_t count;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stages_.emplace_back(stage, os.str());
+    count = stages_.size();
+  }
   const char* env = std::getenv("METAFUSE_DUMP_IR");
   if (env == nullptr || *env == '\0' || std::string(env) == "0") return;
   if (std::string(env) == "1") {
@@ -19,7 +55,7 @@ void StageLog::Record(const std::string& stage,
     return;
   }
   const std::string path = std::string(env) + "/" +
-                           std::to_string(stages_.size()) + "_" + stage + ".ir";
+                           std::to_string(count) + "_" + stage + ".ir";
   std::ofstream out(path);
   if (!out) {
     std::cerr << "metafuse: METAFUSE_DUMP_IR: cannot write " << path << "\n";

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,12 +19,18 @@ class StageLog {
  public:
   // Records `graph` as it is after `stage` (and honours METAFUSE_DUMP_IR).
   void Record(const std::string& stage, const torch::jit::Graph& graph);
-  const std::vector<std::pair<std::string, std::string>>& stages() const {
-    return stages_;
-  }
+  // The same for a graph nobody changes any more (e.g. one a runtime program
+  // runs): it is printed only when stages() is asked for (or at once under
+  // METAFUSE_DUMP_IR), so specializing at run time does not pay for IR text.
+  void RecordFinal(const std::string& stage, std::shared_ptr<const torch::jit::Graph> graph);
+  // (stage, IR text) in recording order.
+  const std::vector<std::pair<std::string, std::string>>& stages() const;
 
  private:
-  std::vector<std::pair<std::string, std::string>> stages_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::pair<std::string, std::string>> stages_;
+  // Entries of stages_ whose text is still to be printed from the graph.
+  mutable std::vector<std::pair<size_t, std::shared_ptr<const torch::jit::Graph>>> pending_;
 };
 
 }  // namespace metafuse::compiler

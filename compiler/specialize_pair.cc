@@ -207,10 +207,10 @@ std::shared_ptr<SpecializedPair> SpecializePair(const SplitProgram& split,
   *outputs = pair->forward->Run(inputs);
   fr.seconds = forward_record + std::chrono::duration<double>(Clock::now() - start).count();
   if (log != nullptr) {
-    log->Record("forward_specialized", *fused_forward.unfused);
-    log->Record("forward_fused", *fused_forward.fused);
-    log->Record("backward_specialized", *fused_backward.unfused);
-    log->Record("backward_fused", *fused_backward.fused);
+    log->RecordFinal("forward_specialized", fused_forward.unfused);
+    log->RecordFinal("forward_fused", fused_forward.fused);
+    log->RecordFinal("backward_specialized", fused_backward.unfused);
+    log->RecordFinal("backward_fused", fused_backward.fused);
   }
   return pair;
 }

@@ -176,8 +176,8 @@ std::vector<c10::IValue> SpecializingProgram::Specialize(std::vector<c10::IValue
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mu_);
   if (log_) {
-    log_->Record(label_ + "_specialized", *fused.unfused);
-    log_->Record(label_ + "_fused", *fused.fused);
+    log_->RecordFinal(label_ + "_specialized", fused.unfused);
+    log_->RecordFinal(label_ + "_fused", fused.fused);
   }
   report_ = report;
   entries_.push_back(std::move(entry));
