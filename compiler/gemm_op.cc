@@ -69,20 +69,32 @@ torch::jit::Operation MakeGemmOperation(torch::jit::Node* gemm) {
       stack.back() = at::mm(ta ? a.t() : a, tb ? b.t() : b);
       return;
     }
-    a = a.contiguous();
-    b = b.contiguous();
+    // Logical operands op(a), op(b); the data are read row-major, so a
+    // column-major matrix is its row-major transpose with the flag flipped.
     const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1);
     const int64_t n = tb ? b.size(0) : b.size(1);
-    TORCH_CHECK((tb ? b.size(1) : b.size(0)) == k, "metafuse::gemm: inner sizes differ (", k,
-                " and ", tb ? b.size(1) : b.size(0), ")");
+    bool fa = ta, fb = tb;
+    auto row_major = [](at::Tensor& x, bool& flag) {
+      if (x.is_contiguous()) return;
+      if (x.t().is_contiguous()) {
+        x = x.t();
+        flag = !flag;
+        return;
+      }
+      x = x.contiguous();
+    };
+    row_major(a, fa);
+    row_major(b, fb);
+    TORCH_CHECK((fb ? b.size(1) : b.size(0)) == k, "metafuse::gemm: inner sizes differ (", k,
+                " and ", fb ? b.size(1) : b.size(0), ")");
     at::Tensor c = at::empty({m, n}, a.options());
     if (k == 0 || m == 0 || n == 0) {
       c.zero_();
     } else if (a.scalar_type() == at::kFloat) {
-      RowMajorGemm<float>(blas.sgemm, ta, tb, m, n, k, a.data_ptr<float>(),
+      RowMajorGemm<float>(blas.sgemm, fa, fb, m, n, k, a.data_ptr<float>(),
                           b.data_ptr<float>(), c.data_ptr<float>());
     } else {
-      RowMajorGemm<double>(blas.dgemm, ta, tb, m, n, k, a.data_ptr<double>(),
+      RowMajorGemm<double>(blas.dgemm, fa, fb, m, n, k, a.data_ptr<double>(),
                            b.data_ptr<double>(), c.data_ptr<double>());
     }
     stack.back() = std::move(c);

@@ -12,14 +12,13 @@ namespace aten = torch::jit::aten;
 
 namespace {
 
+// A float32/float64 CPU matrix: the GEMM operation reads a row-major or
+// column-major one in place and copies any other layout.
 bool RowMajorMatrix(const Value* v) {
   auto t = CompleteTensorType(v);
   if (!t || t->dim() != 2 || t->device() != at::kCPU) return false;
   const auto type = *t->scalarType();
-  if (type != at::kFloat && type != at::kDouble) return false;
-  const auto sizes = *t->sizes().concrete_sizes();
-  const auto strides = *t->strides().concrete_sizes();
-  return (sizes[1] == 1 || strides[1] == 1) && (sizes[0] == 1 || strides[0] == sizes[1]);
+  return type == at::kFloat || type == at::kDouble;
 }
 
 // The row-major matrix `v` is the transpose of, or nullptr.
@@ -44,11 +43,48 @@ c10::Symbol GemmKind() {
   return kind;
 }
 
-int64_t LowerMatmulToGemm(const std::shared_ptr<torch::jit::Graph>& graph) {
-  static const c10::Symbol trans_a = c10::Symbol::attr("trans_a");
-  static const c10::Symbol trans_b = c10::Symbol::attr("trans_b");
+namespace {
+
+const c10::Symbol trans_a = c10::Symbol::attr("trans_a");
+const c10::Symbol trans_b = c10::Symbol::attr("trans_b");
+
+// t(op(A) op(B)) = op(B)^T op(A)^T: a transposed product is the product with
+// the operands swapped and both flags flipped, so its transpose view (and
+// the instruction making it) goes too.
+int64_t FoldTransposedProducts(torch::jit::Graph& graph) {
+  int64_t folded = 0;
+  for (auto it = graph.nodes().begin(); it != graph.nodes().end(); ++it) {
+    Node* t = *it;
+    // t(t(x)) is x (rematerialized transposes meet transposed gradients).
+    if (t->kind() == aten::t && t->input(0)->node()->kind() == aten::t &&
+        t->input(0)->node()->input(0)->type()->cast<c10::TensorType>() &&
+        t->input(0)->node()->input(0)->type()->expect<c10::TensorType>()->dim() == 2) {
+      t->output()->replaceAllUsesWith(t->input(0)->node()->input(0));
+      ++folded;
+      continue;
+    }
+    if (t->kind() != aten::t || t->input(0)->node()->kind() != GemmKind() ||
+        t->input(0)->uses().size() != 1 || !CompleteTensorType(t->output())) {
+      continue;
+    }
+    Node* product = t->input(0)->node();
+    torch::jit::WithInsertPoint guard(t);
+    Node* swapped = graph.create(GemmKind(), {product->input(1), product->input(0)}, 1);
+    swapped->i_(trans_a, 1 - product->i(trans_b));
+    swapped->i_(trans_b, 1 - product->i(trans_a));
+    swapped->insertBefore(t);
+    // The result is a fresh row-major matrix, not the strided view t made.
+    auto type = CompleteTensorType(t->output());
+    swapped->output()->setType(type->contiguous());
+    t->output()->replaceAllUsesWith(swapped->output());
+    ++folded;
+  }
+  return folded;
+}
+
+int64_t LowerProducts(torch::jit::Graph& graph) {
   int64_t lowered = 0;
-  for (auto it = graph->nodes().begin(); it != graph->nodes().end(); ++it) {
+  for (auto it = graph.nodes().begin(); it != graph.nodes().end(); ++it) {
     Node* mm = *it;
     if (mm->kind() != aten::mm || !CompleteTensorType(mm->output())) continue;
     Value* operands[2] = {mm->input(0), mm->input(1)};
@@ -68,7 +104,7 @@ int64_t LowerMatmulToGemm(const std::shared_ptr<torch::jit::Graph>& graph) {
       continue;
     }
     torch::jit::WithInsertPoint guard(mm);
-    Node* gemm = graph->create(GemmKind(), {operands[0], operands[1]}, 1);
+    Node* gemm = graph.create(GemmKind(), {operands[0], operands[1]}, 1);
     gemm->i_(trans_a, transposed[0] ? 1 : 0);
     gemm->i_(trans_b, transposed[1] ? 1 : 0);
     gemm->insertBefore(mm);
@@ -76,14 +112,27 @@ int64_t LowerMatmulToGemm(const std::shared_ptr<torch::jit::Graph>& graph) {
     mm->output()->replaceAllUsesWith(gemm->output());
     ++lowered;
   }
-  // The products and the transposes only they read are dead now. (No
-  // torch::jit DCE: its alias analysis wants a schema for metafuse::gemm.)
-  for (auto it = graph->nodes().rbegin(); it != graph->nodes().rend();) {
-    Node* n = *it;
-    ++it;
-    if ((n->kind() == aten::mm || n->kind() == aten::t || n->kind() == aten::transpose) &&
-        !n->output()->hasUses()) {
-      n->destroy();
+  return lowered;
+}
+
+}  // namespace
+
+int64_t LowerMatmulToGemm(const std::shared_ptr<torch::jit::Graph>& graph) {
+  int64_t lowered = 0;
+  // A folded transpose can make another product's operand row-major.
+  for (int64_t changed = 1; changed > 0;) {
+    const int64_t folded = FoldTransposedProducts(*graph);  // t(t(x)) first
+    const int64_t products = LowerProducts(*graph);
+    lowered += products;
+    changed = folded + products;
+    for (auto it = graph->nodes().rbegin(); it != graph->nodes().rend();) {
+      Node* n = *it;
+      ++it;
+      if ((n->kind() == aten::mm || n->kind() == aten::t || n->kind() == aten::transpose ||
+           n->kind() == GemmKind()) &&
+          !n->output()->hasUses()) {
+        n->destroy();
+      }
     }
   }
   return lowered;

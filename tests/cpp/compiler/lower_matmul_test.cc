@@ -78,6 +78,38 @@ graph(%a : Tensor, %b : Tensor):
   EXPECT_EQ(Count(*ints, "aten::mm"), 1u);
 }
 
+TEST(LowerMatmulToGemm, FoldsTransposedProductsAndDoubleTransposes) {
+  auto graph = Parse(R"IR(
+graph(%a : Tensor, %b : Tensor, %c : Tensor):
+  %p : Tensor = aten::mm(%a, %b)
+  %pt : Tensor = aten::t(%p)
+  %q : Tensor = aten::mm(%pt, %c)
+  %ct : Tensor = aten::t(%c)
+  %ctt : Tensor = aten::t(%ct)
+  %r : Tensor = aten::mm(%q, %ctt)
+  return (%r)
+)IR");
+  std::vector<c10::IValue> inputs = {torch::randn({3, 4}, torch::kFloat64),
+                                     torch::randn({4, 3}, torch::kFloat64),
+                                     torch::randn({3, 3}, torch::kFloat64)};
+  auto expected = graph->copy();
+  SpecializeShapes(graph, inputs);
+  EXPECT_EQ(LowerMatmulToGemm(graph), 3);
+  EXPECT_EQ(Count(*graph, "aten::t"), 0u);
+  EXPECT_EQ(Count(*graph, "metafuse::gemm"), 3u);
+  SpecializingProgram fused(expected->copy(), "gemm", nullptr);
+  SpecializingProgram generic(expected->copy(), "mm", nullptr);
+  generic.set_fusion(false);
+  // A column-major input (a transposed view) is read in place, not copied.
+  std::vector<c10::IValue> column_major = {inputs[0],
+                                           torch::randn({3, 4}, torch::kFloat64).t(),
+                                           inputs[2]};
+  for (const auto& in : {inputs, column_major}) {
+    EXPECT_TRUE(torch::allclose(fused.Run(in)[0].toTensor(), generic.Run(in)[0].toTensor(),
+                                1e-12, 1e-12));
+  }
+}
+
 TEST(GemmOperation, EveryTransposeCombinationMatchesMm) {
   ASSERT_TRUE(DirectBlasAvailable()) << "LibTorch's BLAS was not found in the process";
   for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
