@@ -10,6 +10,7 @@
 #include "compiler/fusion_group.h"
 #include "compiler/gemm_op.h"
 #include "compiler/lower_matmul.h"
+#include "compiler/reduction_op.h"
 #include "compiler/plan_buffers.h"
 #include "compiler/specialize_shapes.h"
 
@@ -55,7 +56,7 @@ int64_t CountNodes(const torch::jit::Graph& graph) {
 torch::jit::Operation FusedOperations(torch::jit::Node* node) {
   if (node->kind() == FusionGroupKind()) return MakeFusedKernelOperation(node);
   if (node->kind() == GemmKind()) return MakeGemmOperation(node);
-  return nullptr;
+  return MakeReductionOperation(node);
 }
 
 }  // namespace
