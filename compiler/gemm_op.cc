@@ -41,11 +41,11 @@ const Blas& FindBlas() {
 // C^T = op(B)^T op(A)^T, so B goes first.
 template <typename T>
 void RowMajorGemm(FortranGemm<T> gemm, bool ta, bool tb, int m, int n, int k, const T* a,
-                  const T* b, T* c) {
+                  const T* b, T beta, T* c) {
   const char trans_b = tb ? 'T' : 'N', trans_a = ta ? 'T' : 'N';
   const int ldb = tb ? k : n, lda = ta ? m : k, ldc = n;
-  const T one = 1, zero = 0;
-  gemm(&trans_b, &trans_a, &n, &m, &k, &one, b, &ldb, a, &lda, &zero, c, &ldc);
+  const T one = 1;
+  gemm(&trans_b, &trans_a, &n, &m, &k, &one, b, &ldb, a, &lda, &beta, c, &ldc);
 }
 
 }  // namespace
@@ -56,7 +56,15 @@ torch::jit::Operation MakeGemmOperation(torch::jit::Node* gemm) {
   const bool ta = gemm->i(c10::Symbol::attr("trans_a")) != 0;
   const bool tb = gemm->i(c10::Symbol::attr("trans_b")) != 0;
   gemm->s_(torch::jit::attr::name, std::string("gemm_") + (ta ? "t" : "n") + (tb ? "t" : "n"));
-  return [ta, tb](torch::jit::Stack& stack) {
+  // A third input is an accumulator: C = acc + op(A) op(B) (lower_matmul
+  // folds add(acc, product) into the product).
+  const bool accumulate = gemm->inputs().size() == 3;
+  return [ta, tb, accumulate](torch::jit::Stack& stack) {
+    at::Tensor acc;
+    if (accumulate) {
+      acc = std::move(stack.back()).toTensor();
+      stack.pop_back();
+    }
     at::Tensor b = std::move(stack.back()).toTensor();
     stack.pop_back();
     at::Tensor a = std::move(stack.back()).toTensor();
@@ -66,7 +74,8 @@ torch::jit::Operation MakeGemmOperation(torch::jit::Node* gemm) {
                         a.is_cpu() && b.is_cpu() && a.dim() == 2 && b.dim() == 2 &&
                         a.numel() < (1LL << 31) && b.numel() < (1LL << 31);
     if (!direct) {
-      stack.back() = at::mm(ta ? a.t() : a, tb ? b.t() : b);
+      at::Tensor product = at::mm(ta ? a.t() : a, tb ? b.t() : b);
+      stack.back() = accumulate ? at::add(acc, product) : product;
       return;
     }
     // Logical operands op(a), op(b); the data are read row-major, so a
@@ -87,15 +96,28 @@ torch::jit::Operation MakeGemmOperation(torch::jit::Node* gemm) {
     row_major(b, fb);
     TORCH_CHECK((fb ? b.size(1) : b.size(0)) == k, "metafuse::gemm: inner sizes differ (", k,
                 " and ", fb ? b.size(1) : b.size(0), ")");
-    at::Tensor c = at::empty({m, n}, a.options());
+    at::Tensor c;
+    if (accumulate) {
+      TORCH_CHECK(acc.sizes() == c10::IntArrayRef({m, n}) && acc.scalar_type() == a.scalar_type(),
+                  "metafuse::gemm: accumulator ", acc.toString(), " ", acc.sizes(),
+                  " does not match the product [", m, ", ", n, "]");
+      // The accumulator's buffer when nothing else holds it (buffer reuse);
+      // a copy otherwise.
+      const bool unique = acc.use_count() == 1 && acc.storage().use_count() == 1 &&
+                          acc.is_contiguous();
+      c = unique ? std::move(acc) : acc.clone(at::MemoryFormat::Contiguous);
+    } else {
+      c = at::empty({m, n}, a.options());
+    }
+    const double beta = accumulate ? 1.0 : 0.0;
     if (k == 0 || m == 0 || n == 0) {
-      c.zero_();
+      if (!accumulate) c.zero_();
     } else if (a.scalar_type() == at::kFloat) {
       RowMajorGemm<float>(blas.sgemm, fa, fb, m, n, k, a.data_ptr<float>(),
-                          b.data_ptr<float>(), c.data_ptr<float>());
+                          b.data_ptr<float>(), static_cast<float>(beta), c.data_ptr<float>());
     } else {
       RowMajorGemm<double>(blas.dgemm, fa, fb, m, n, k, a.data_ptr<double>(),
-                           b.data_ptr<double>(), c.data_ptr<double>());
+                           b.data_ptr<double>(), beta, c.data_ptr<double>());
     }
     stack.back() = std::move(c);
   };

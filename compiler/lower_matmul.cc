@@ -115,6 +115,45 @@ int64_t LowerProducts(torch::jit::Graph& graph) {
   return lowered;
 }
 
+// add(x, P) with P a product read only there: P accumulates into x
+// (C = x + op(A) op(B), beta = 1), one instruction and one buffer fewer.
+int64_t FoldAccumulations(torch::jit::Graph& graph) {
+  int64_t folded = 0;
+  for (auto it = graph.nodes().begin(); it != graph.nodes().end(); ++it) {
+    Node* add = *it;
+    if (add->kind() != aten::add || add->inputs().size() != 3) continue;
+    auto alpha = torch::jit::toIValue(add->input(2));  // int or float
+    const bool one = alpha && ((alpha->isInt() && alpha->toInt() == 1) ||
+                               (alpha->isDouble() && alpha->toDouble() == 1.0));
+    auto out = CompleteTensorType(add->output());
+    if (!one || !out) continue;
+    for (int k = 0; k < 2; ++k) {
+      Value* product = add->input(1 - k);
+      Value* acc = add->input(k);
+      Node* p = product->node();
+      auto acc_type = CompleteTensorType(acc);
+      auto p_type = CompleteTensorType(product);
+      if (p->kind() != GemmKind() || p->inputs().size() != 2 || product->uses().size() != 1 ||
+          !acc_type || !p_type || acc_type->sizes().concrete_sizes() != out->sizes().concrete_sizes() ||
+          p_type->sizes().concrete_sizes() != out->sizes().concrete_sizes() ||
+          acc_type->scalarType() != out->scalarType() ||
+          p_type->scalarType() != out->scalarType()) {
+        continue;
+      }
+      torch::jit::WithInsertPoint guard(add);
+      Node* fused = graph.create(GemmKind(), {p->input(0), p->input(1), acc}, 1);
+      fused->i_(trans_a, p->i(trans_a));
+      fused->i_(trans_b, p->i(trans_b));
+      fused->insertBefore(add);
+      fused->output()->setType(out->contiguous());
+      add->output()->replaceAllUsesWith(fused->output());
+      ++folded;
+      break;
+    }
+  }
+  return folded;
+}
+
 }  // namespace
 
 int64_t LowerMatmulToGemm(const std::shared_ptr<torch::jit::Graph>& graph) {
@@ -129,10 +168,18 @@ int64_t LowerMatmulToGemm(const std::shared_ptr<torch::jit::Graph>& graph) {
       Node* n = *it;
       ++it;
       if ((n->kind() == aten::mm || n->kind() == aten::t || n->kind() == aten::transpose ||
-           n->kind() == GemmKind()) &&
+           n->kind() == aten::add || n->kind() == GemmKind()) &&
           !n->output()->hasUses()) {
         n->destroy();
       }
+    }
+  }
+  FoldAccumulations(*graph);
+  for (auto it = graph->nodes().rbegin(); it != graph->nodes().rend();) {
+    Node* n = *it;
+    ++it;
+    if ((n->kind() == aten::add || n->kind() == GemmKind()) && !n->output()->hasUses()) {
+      n->destroy();
     }
   }
   return lowered;

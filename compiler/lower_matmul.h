@@ -5,7 +5,9 @@
 // an operand that is aten::t (or transpose(0, 1)) of a row-major matrix is
 // read through the BLAS transpose flag instead of through a transposed view,
 // so the view and the dispatcher call disappear (the transposes die unless
-// something else reads them). The runtime operation (gemm_op.h) calls the
+// something else reads them); t(product) becomes the swapped product,
+// t(t(x)) is x, and add(x, product) becomes a product accumulating into x
+// (a third input: C = x + op(A) op(B)). The runtime operation (gemm_op.h) calls the
 // BLAS that LibTorch itself uses.
 #pragma once
 

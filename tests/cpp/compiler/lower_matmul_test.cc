@@ -110,6 +110,46 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor):
   }
 }
 
+TEST(LowerMatmulToGemm, AdditionsOfProductsAccumulate) {
+  // %s1 dies at its addition (its buffer is reused); %c is read again, so
+  // the second accumulation works on a copy and %c stays intact.
+  auto graph = Parse(R"IR(
+graph(%a : Tensor, %b : Tensor, %c : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %p : Tensor = aten::mm(%a, %b)
+  %s1 : Tensor = aten::mul(%c, %c)
+  %acc1 : Tensor = aten::add(%s1, %p, %one)
+  %q : Tensor = aten::mm(%b, %a)
+  %acc2 : Tensor = aten::add(%q, %c, %one)
+  %r : Tensor = aten::add(%acc2, %c, %one)
+  return (%acc1, %r)
+)IR");
+  std::vector<c10::IValue> inputs = {torch::randn({3, 3}, torch::kFloat64),
+                                     torch::randn({3, 3}, torch::kFloat64),
+                                     torch::randn({3, 3}, torch::kFloat64)};
+  auto lowered = graph->copy();
+  SpecializeShapes(lowered, inputs);
+  EXPECT_EQ(LowerMatmulToGemm(lowered), 2);
+  size_t accumulating = 0;
+  for (const torch::jit::Node* node : lowered->nodes()) {
+    accumulating += node->kind() == GemmKind() && node->inputs().size() == 3;
+  }
+  EXPECT_EQ(accumulating, 2u);
+  EXPECT_EQ(Count(*lowered, "aten::add"), 1u);  // %r: no product in it
+  const at::Tensor c_before = inputs[2].toTensor().clone();
+  SpecializingProgram fused(graph->copy(), "gemm", nullptr);
+  SpecializingProgram generic(graph->copy(), "mm", nullptr);
+  generic.set_fusion(false);
+  for (int run = 0; run < 2; ++run) {
+    auto got = fused.Run(inputs);
+    auto want = generic.Run(inputs);
+    for (size_t k = 0; k < want.size(); ++k) {
+      EXPECT_TRUE(torch::allclose(got[k].toTensor(), want[k].toTensor(), 1e-12, 1e-12)) << k;
+    }
+  }
+  EXPECT_TRUE(torch::equal(inputs[2].toTensor(), c_before));
+}
+
 TEST(GemmOperation, EveryTransposeCombinationMatchesMm) {
   ASSERT_TRUE(DirectBlasAvailable()) << "LibTorch's BLAS was not found in the process";
   for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
