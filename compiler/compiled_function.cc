@@ -135,11 +135,23 @@ std::shared_ptr<CompiledFunction> CompiledFunction::Build(
     const std::vector<int64_t>& differentiable_inputs, StageLog* log) {
   auto fn = std::shared_ptr<CompiledFunction>(new CompiledFunction());
   fn->split_ = BuildMetaBackward(program, differentiable_inputs, log);
-  fn->forward_ = std::make_unique<runtime::Program>(fn->split_.forward, "forward");
-  fn->backward_ = std::make_unique<runtime::Program>(fn->split_.backward, "backward");
   fn->log_ = log;
   fn->fusion_ = FusionEnabledByDefault();
   return fn;
+}
+
+const runtime::Program& CompiledFunction::forward_program() const {
+  std::call_once(forward_once_, [this] {
+    forward_ = std::make_unique<runtime::Program>(split_.forward, "forward");
+  });
+  return *forward_;
+}
+
+const runtime::Program& CompiledFunction::backward_program() const {
+  std::call_once(backward_once_, [this] {
+    backward_ = std::make_unique<runtime::Program>(split_.backward, "backward");
+  });
+  return *backward_;
 }
 
 void CompiledFunction::set_fusion(bool enabled) {
@@ -184,8 +196,9 @@ std::shared_ptr<const SpecializedPair> CompiledFunction::PairFor(
 
 std::vector<at::Tensor> CompiledFunction::operator()(
     const std::vector<at::Tensor>& inputs) const {
-  TORCH_CHECK(inputs.size() == forward_->num_inputs(), "compiled function takes ",
-              forward_->num_inputs(), " tensors, got ", inputs.size());
+  const size_t expected = split_.forward->inputs().size();
+  TORCH_CHECK(inputs.size() == expected, "compiled function takes ", expected,
+              " tensors, got ", inputs.size());
   auto holder = c10::make_intrusive<Holder>();
   holder->function = shared_from_this();
   return ProgramNode::apply(holder, at::TensorList(inputs));

@@ -30,9 +30,10 @@ class CompiledFunction : public std::enable_shared_from_this<CompiledFunction> {
   // the compiled backward.
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) const;
 
-  // The generic (unspecialized, unfused) programs.
-  const runtime::Program& forward_program() const { return *forward_; }
-  const runtime::Program& backward_program() const { return *backward_; }
+  // The generic (unspecialized, unfused) programs, lowered on first use
+  // (with fusion on they may never run).
+  const runtime::Program& forward_program() const;
+  const runtime::Program& backward_program() const;
   int64_t num_outputs() const { return split_.num_outputs; }
   const std::vector<int64_t>& differentiable_inputs() const {
     return split_.differentiable_inputs;
@@ -55,7 +56,8 @@ class CompiledFunction : public std::enable_shared_from_this<CompiledFunction> {
  private:
   CompiledFunction() = default;
   SplitProgram split_;
-  std::unique_ptr<runtime::Program> forward_, backward_;
+  mutable std::unique_ptr<runtime::Program> forward_, backward_;  // lazily
+  mutable std::once_flag forward_once_, backward_once_;
   StageLog* log_ = nullptr;
   mutable std::mutex mu_;
   bool fusion_ = true;

@@ -40,6 +40,11 @@ const std::vector<std::pair<std::string, std::string>>& StageLog::stages() const
 
 void StageLog::Record(const std::string& stage,
                       const torch::jit::Graph& graph) {
+  if (!DumpRequested()) {
+    // A copy is cheaper than printing; the text is made if someone asks.
+    RecordFinal(stage, const_cast<torch::jit::Graph&>(graph).copy());  // copy() reads only
+    return;
+  }
   std::ostringstream os;
   os << graph;
   size_t count;
@@ -48,14 +53,12 @@ void StageLog::Record(const std::string& stage,
     stages_.emplace_back(stage, os.str());
     count = stages_.size();
   }
-  const char* env = std::getenv("METAFUSE_DUMP_IR");
-  if (env == nullptr || *env == '\0' || std::string(env) == "0") return;
-  if (std::string(env) == "1") {
+  const std::string env = std::getenv("METAFUSE_DUMP_IR");
+  if (env == "1") {
     std::cerr << "=== metafuse IR after " << stage << " ===\n" << os.str();
     return;
   }
-  const std::string path = std::string(env) + "/" +
-                           std::to_string(count) + "_" + stage + ".ir";
+  const std::string path = env + "/" + std::to_string(count) + "_" + stage + ".ir";
   std::ofstream out(path);
   if (!out) {
     std::cerr << "metafuse: METAFUSE_DUMP_IR: cannot write " << path << "\n";

@@ -182,7 +182,42 @@ bool IsFusibleNode(const Node* node) {
   return false;
 }
 
+namespace {
+
+thread_local std::unordered_map<const torch::jit::Graph*, absl::StatusOr<FusedKernelPlan>>*
+    lowering_cache = nullptr;
+
+absl::StatusOr<FusedKernelPlan> Lower(const Node* group);
+
+}  // namespace
+
+ScopedLoweringCache::ScopedLoweringCache() : owner_(lowering_cache == nullptr) {
+  if (owner_) {
+    lowering_cache =
+        new std::unordered_map<const torch::jit::Graph*, absl::StatusOr<FusedKernelPlan>>();
+  }
+}
+
+ScopedLoweringCache::~ScopedLoweringCache() {
+  if (owner_) {
+    delete lowering_cache;
+    lowering_cache = nullptr;
+  }
+}
+
 absl::StatusOr<FusedKernelPlan> LowerFusionGroup(const Node* group) {
+  if (lowering_cache == nullptr || !group->hasAttribute(torch::jit::attr::Subgraph)) {
+    return Lower(group);
+  }
+  const torch::jit::Graph* key = group->g(torch::jit::attr::Subgraph).get();
+  auto it = lowering_cache->find(key);
+  if (it == lowering_cache->end()) it = lowering_cache->emplace(key, Lower(group)).first;
+  return it->second;
+}
+
+namespace {
+
+absl::StatusOr<FusedKernelPlan> Lower(const Node* group) {
   if (group->kind() != FusionGroupKind() || !group->hasAttribute(torch::jit::attr::Subgraph)) {
     return absl::InvalidArgumentError("LowerFusionGroup: expected a metafuse::FusionGroup node");
   }
@@ -363,5 +398,7 @@ absl::StatusOr<FusedKernelPlan> LowerFusionGroup(const Node* group) {
   plan.kernel.name = std::string("fused_") + hex;
   return plan;
 }
+
+}  // namespace
 
 }  // namespace metafuse::compiler

@@ -55,4 +55,18 @@ struct FusedKernelPlan {
 // be lowered.
 absl::StatusOr<FusedKernelPlan> LowerFusionGroup(const torch::jit::Node* group);
 
+// While one is alive on this thread, LowerFusionGroup remembers its results
+// by subgraph (groups merged horizontally share theirs), so the passes and
+// the runtime that all lower the same groups lower each once.
+class ScopedLoweringCache {
+ public:
+  ScopedLoweringCache();
+  ~ScopedLoweringCache();
+  ScopedLoweringCache(const ScopedLoweringCache&) = delete;
+  ScopedLoweringCache& operator=(const ScopedLoweringCache&) = delete;
+
+ private:
+  bool owner_;
+};
+
 }  // namespace metafuse::compiler

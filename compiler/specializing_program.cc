@@ -9,6 +9,7 @@
 #include "compiler/fused_kernel_op.h"
 #include "compiler/fusion_group.h"
 #include "compiler/gemm_op.h"
+#include "compiler/lower_fusion_group.h"
 #include "compiler/lower_matmul.h"
 #include "compiler/reduction_op.h"
 #include "compiler/plan_buffers.h"
@@ -124,6 +125,7 @@ FusedProgram BuildFusedProgram(std::shared_ptr<torch::jit::Graph> graph,
                                const std::string& label, SpecializationReport* report) {
   FusedProgram result;
   result.unfused = graph->copy();
+  ScopedLoweringCache lowered_once;
   try {
     report->gemms = LowerMatmulToGemm(graph);
     FusionStats vertical = FuseElementwise(graph);
