@@ -133,7 +133,9 @@ void ExpectFusedMatchesPlain(const Fused& f, const std::vector<c10::IValue>& inp
   ExpectAllClose(RunFused(f.graph, inputs), RunPlain(f.original, inputs));
   size_t k = 0;
   for (const c10::IValue& v : inputs) {
-    if (v.isTensor()) EXPECT_TRUE(torch::equal(v.toTensor(), held[k++])) << "input changed";
+    if (v.isTensor()) {
+      EXPECT_TRUE(torch::equal(v.toTensor(), held[k++])) << "input changed";
+    }
   }
 }
 
@@ -654,7 +656,9 @@ TEST(FuseHorizontally, MergesAroundADependentGroupInTopologicalOrder) {
   // Every node after the definitions it reads.
   for (Node* node : f.graph->nodes()) {
     for (Value* in : node->inputs()) {
-      if (in->node()->kind() != torch::jit::prim::Param) EXPECT_TRUE(in->node()->isBefore(node));
+      if (in->node()->kind() != torch::jit::prim::Param) {
+        EXPECT_TRUE(in->node()->isBefore(node));
+      }
     }
   }
   EXPECT_EQ(groups[1]->input(0), groups[0]->output(0)) << *f.graph;
