@@ -1,6 +1,7 @@
 #include "compiler/compiled_function.h"
 
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/lower_tuples.h>
@@ -74,6 +75,13 @@ struct ProgramNode : public torch::autograd::Function<ProgramNode> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list cotangents) {
+    // The compiled meta-backward is itself not recorded: a gradient taken
+    // with create_graph=True would silently lose this node's share of every
+    // higher derivative. Refuse instead.
+    TORCH_CHECK(!torch::autograd::GradMode::is_enabled(),
+                "metafuse: the backward of a compiled function is not differentiable "
+                "(create_graph=True); take higher derivatives inside the compiled function "
+                "(metafuse.compile with metafuse.grad), or use the eager path");
     auto holder = c10::static_intrusive_pointer_cast<Holder>(
         ctx->saved_data["function"].toCapsule());
     const CompiledFunction& fn = *holder->function;

@@ -389,3 +389,19 @@ def test_peak_tensor_memory_of_a_task_is_not_above_eager():
     eager_peak = peak(eager)
     assert report["saved_after"] < report["saved_before"] and report["rematerialized"] > 0
     assert compiled_peak <= 1.01 * eager_peak, (compiled_peak, eager_peak)
+
+
+def test_create_graph_through_a_compiled_function_is_refused():
+    # The compiled meta-backward is not itself recorded; a gradient with
+    # create_graph=True would silently miss this node's share of the higher
+    # derivatives, so it is an error that says what to do instead.
+    w = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(4, 3, dtype=torch.float64)
+    adapt = mf.compile_inner_loop(lambda p, x: torch.tanh(x @ p).pow(2).mean(),
+                                  mf.sgd(0.1), steps=2)
+    out = adapt(w, x)
+    with pytest.raises(RuntimeError, match="not differentiable"):
+        torch.autograd.grad(out.pow(2).sum(), w, create_graph=True)
+    # First-order gradients are unaffected.
+    (g,) = torch.autograd.grad(adapt(w, x).pow(2).sum(), w)
+    assert torch.isfinite(g).all()
