@@ -1,5 +1,6 @@
 #include "compiler/ir_dump.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -18,6 +19,13 @@ bool DumpRequested() {
 
 void StageLog::RecordFinal(const std::string& stage,
                            std::shared_ptr<const torch::jit::Graph> graph) {
+  if (std::getenv("METAFUSE_TIME_STAGES")) {
+    static auto last = std::chrono::steady_clock::now();
+    auto now = std::chrono::steady_clock::now();
+    std::cerr << "stage " << stage << " +"
+              << std::chrono::duration<double, std::milli>(now - last).count() << " ms\n";
+    last = now;
+  }
   if (DumpRequested()) {
     Record(stage, *graph);
     return;

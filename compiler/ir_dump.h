@@ -3,6 +3,8 @@
 // Set METAFUSE_DUMP_IR=1 to print each stage's graph to stderr, or
 // METAFUSE_DUMP_IR=<directory> to write one file per stage there. A
 // StageLog passed to the compiler also collects them (the API form).
+// METAFUSE_TIME_STAGES=1 prints the time between recorded stages (where
+// compile latency goes).
 #pragma once
 
 #include <memory>
