@@ -13,7 +13,13 @@ node whose backward is the compiled meta-backward (docs/compiler.md).
 
 Compiled programs are cached per guard: the tree structures of params and
 batch plus every leaf's shape, dtype and device (and the optimizer). A new
-guard compiles again; the same guard reuses the program.
+guard compiles again; the same guard reuses the program, and a call under
+the last guard only checks its inputs against the cached specs (flatten
+caching). On its first run the program is specialized to the input shapes,
+fused into LLVM-compiled kernels and direct GEMM calls, and its buffers
+planned (docs/fusion.md); ``program.set_fusion(False)`` or
+METAFUSE_DISABLE_FUSION=1 runs the generic program instead, and
+``metafuse.profile`` times both.
 
 Differentiable inputs: ``params``, tensors the loss function closes over
 (its closure cells and the module globals it names), and a tensor learning
