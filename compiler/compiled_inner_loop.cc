@@ -5,10 +5,12 @@
 namespace metafuse::compiler {
 std::shared_ptr<CompiledInnerLoop> CompiledInnerLoop::Compile(
     const std::shared_ptr<torch::jit::Graph>& loss_graph,
-    const InnerLoopLayout& layout, const OptimizerSpec& optimizer) {
+    const InnerLoopLayout& layout, const OptimizerSpec& optimizer, bool keep_snapshots) {
   auto loop = std::shared_ptr<CompiledInnerLoop>(new CompiledInnerLoop());
   loop->layout_ = layout;
   loop->optimizer_ = optimizer;
+  loop->loss_graph_ = loss_graph->copy();
+  loop->stages_.set_keep_snapshots(keep_snapshots);
   std::shared_ptr<torch::jit::Graph> graph = loss_graph->copy();
   PrepareCapturedGraph(graph, &loop->stages_);
   std::shared_ptr<torch::jit::Graph> program =
@@ -25,6 +27,21 @@ std::shared_ptr<CompiledInnerLoop> CompiledInnerLoop::Compile(
   }
   loop->function_ = CompiledFunction::Build(program, diff, &loop->stages_);
   return loop;
+}
+
+std::vector<std::pair<std::string, std::string>> CompiledInnerLoop::stages() const {
+  if (stages_.keeps_snapshots()) return stages_.stages();
+  std::vector<std::pair<std::string, std::string>> result;
+  {
+    std::lock_guard<std::mutex> lock(compile_stages_mu_);
+    if (compile_stages_.empty()) {
+      // The pipeline is deterministic: the same compile, snapshots kept.
+      compile_stages_ = Compile(loss_graph_, layout_, optimizer_, true)->stages_.stages();
+    }
+    result = compile_stages_;
+  }
+  for (const auto& stage : stages_.stages()) result.push_back(stage);
+  return result;
 }
 
 std::vector<at::Tensor> CompiledInnerLoop::operator()(

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,9 +22,12 @@ class CompiledInnerLoop {
  public:
   // Compiles a traced per-step loss graph (inputs: params, batch, extras).
   // Throws UnsupportedOp naming the first op outside the primitive set.
+  // `keep_snapshots`: record the IR of every compile stage now (otherwise
+  // stages() recompiles once to produce it; see StageLog).
   static std::shared_ptr<CompiledInnerLoop> Compile(
       const std::shared_ptr<torch::jit::Graph>& loss_graph,
-      const InnerLoopLayout& layout, const OptimizerSpec& optimizer);
+      const InnerLoopLayout& layout, const OptimizerSpec& optimizer,
+      bool keep_snapshots = false);
 
   // Runs the loop. `inputs` = params, batch, extras, [lr tensor(s)]; returns
   // adapted params (then inner losses): differentiable w.r.t. params, extras
@@ -32,7 +36,9 @@ class CompiledInnerLoop {
 
   const runtime::Program& forward_program() const { return function_->forward_program(); }
   const runtime::Program& backward_program() const { return function_->backward_program(); }
-  const StageLog& stages() const { return stages_; }
+  // (stage, IR) of the compile pipeline, then of every specialization so
+  // far.
+  std::vector<std::pair<std::string, std::string>> stages() const;
   CompiledFunction& function() const { return *function_; }
   const InnerLoopLayout& layout() const { return layout_; }
 
@@ -42,6 +48,9 @@ class CompiledInnerLoop {
   OptimizerSpec optimizer_;
   std::shared_ptr<CompiledFunction> function_;
   StageLog stages_;
+  std::shared_ptr<torch::jit::Graph> loss_graph_;  // as given, for stages()
+  mutable std::mutex compile_stages_mu_;
+  mutable std::vector<std::pair<std::string, std::string>> compile_stages_;
 };
 
 // C++ front: traces `loss_fn(params, batch)` on the example tensors with the

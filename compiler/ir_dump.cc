@@ -8,14 +8,10 @@
 
 namespace metafuse::compiler {
 
-namespace {
-
-bool DumpRequested() {
+bool StageLog::DumpRequested() {
   const char* env = std::getenv("METAFUSE_DUMP_IR");
   return env != nullptr && *env != '\0' && std::string(env) != "0";
 }
-
-}  // namespace
 
 void StageLog::RecordFinal(const std::string& stage,
                            std::shared_ptr<const torch::jit::Graph> graph) {
@@ -49,6 +45,7 @@ const std::vector<std::pair<std::string, std::string>>& StageLog::stages() const
 void StageLog::Record(const std::string& stage,
                       const torch::jit::Graph& graph) {
   if (!DumpRequested()) {
+    if (!keep_snapshots_) return;
     // A copy is cheaper than printing; the text is made if someone asks.
     RecordFinal(stage, const_cast<torch::jit::Graph&>(graph).copy());  // copy() reads only
     return;

@@ -28,8 +28,17 @@ class StageLog {
   // (stage, IR text) in recording order.
   const std::vector<std::pair<std::string, std::string>>& stages() const;
 
+  // Off: Record() keeps nothing (unless METAFUSE_DUMP_IR asks for it), so a
+  // compile does not pay for snapshots of its intermediate graphs; the
+  // compiled objects then recompile once, keeping them, when their stages
+  // are asked for. RecordFinal() always records.
+  void set_keep_snapshots(bool keep) { keep_snapshots_ = keep || DumpRequested(); }
+  bool keeps_snapshots() const { return keep_snapshots_; }
+  static bool DumpRequested();
+
  private:
   mutable std::mutex mu_;
+  bool keep_snapshots_ = true;
   mutable std::vector<std::pair<std::string, std::string>> stages_;
   // Entries of stages_ whose text is still to be printed from the graph.
   mutable std::vector<std::pair<size_t, std::shared_ptr<const torch::jit::Graph>>> pending_;

@@ -45,6 +45,7 @@ struct CompiledUserFunction {
   StageLog stages;
   std::shared_ptr<torch::jit::Graph> program;
   std::vector<int64_t> differentiable_inputs;
+  std::shared_ptr<torch::jit::Graph> traced;  // as given, for stages()
 };
 
 // Size of the tensor value `v` had in the run (0 when unknown).
@@ -192,7 +193,7 @@ void BindCompiler(py::module_& parent) {
                     [](const CompiledInnerLoop& l) -> CompiledFunction& { return l.function(); });
   inner_loop.def("__call__", &CompiledInnerLoop::operator(), py::arg("inputs"))
       .def("stages",
-           [](const CompiledInnerLoop& loop) { return loop.stages().stages(); })
+           [](const CompiledInnerLoop& loop) { return loop.stages(); })
       .def_property_readonly("forward_instructions", [](const CompiledInnerLoop& l) {
         return l.forward_program().num_instructions();
       })
@@ -221,7 +222,18 @@ void BindCompiler(py::module_& parent) {
            [](const CompiledUserFunction& f, const std::vector<at::Tensor>& inputs) {
              return (*f.function)(inputs);
            })
-      .def("stages", [](const CompiledUserFunction& f) { return f.stages.stages(); })
+      .def("stages", [](const CompiledUserFunction& f) {
+        if (f.stages.keeps_snapshots()) return f.stages.stages();
+        // The compile stages come from compiling again, snapshots kept (the
+        // pipeline is deterministic); then this function's specializations.
+        StageLog log;
+        std::shared_ptr<torch::jit::Graph> graph = f.traced->copy();
+        PrepareCapturedGraph(graph, &log);
+        CompiledFunction::Build(graph, f.differentiable_inputs, &log);
+        std::vector<std::pair<std::string, std::string>> result = log.stages();
+        for (const auto& stage : f.stages.stages()) result.push_back(stage);
+        return result;
+      })
       // {"forward"|"backward": (nodes, flops)} of the unfused programs, run
       // once on `inputs` (cotangents of ones) to learn every value's size.
       .def("counts",
@@ -290,6 +302,8 @@ void BindCompiler(py::module_& parent) {
          const std::vector<int64_t>& differentiable_inputs) {
         py::gil_scoped_release no_gil;
         auto out = std::make_shared<CompiledUserFunction>();
+        out->stages.set_keep_snapshots(false);
+        out->traced = traced->copy();
         std::shared_ptr<torch::jit::Graph> graph = traced->copy();
         PrepareCapturedGraph(graph, &out->stages);
         out->function = CompiledFunction::Build(graph, differentiable_inputs,
