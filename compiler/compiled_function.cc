@@ -174,32 +174,23 @@ bool CompiledFunction::fusion() const {
 
 std::shared_ptr<const SpecializedPair> CompiledFunction::last_pair() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return last_;
+  const auto* last = pairs_.last();
+  return last != nullptr ? *last : nullptr;
 }
 
 std::shared_ptr<const SpecializedPair> CompiledFunction::PairFor(
     const std::vector<c10::IValue>& inputs, std::vector<c10::IValue>* first_outputs) const {
+  if (!fusion()) return nullptr;  // before computing any signature
   std::vector<int64_t> signature = InputSignature(inputs);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!fusion_) return nullptr;
-    if (last_ && last_signature_ == signature) return last_;
-    for (const auto& [sig, pair] : pairs_) {
-      if (sig == signature) {
-        last_ = pair;
-        last_signature_ = signature;
-        return pair;
-      }
-    }
-    if (pairs_.size() >= kMaxSpecializations) return nullptr;
+    if (const auto* found = pairs_.Find(signature)) return *found;
+    if (pairs_.full()) return nullptr;
   }
   std::shared_ptr<const SpecializedPair> pair =
       SpecializePair(split_, inputs, log_, first_outputs);
   std::lock_guard<std::mutex> lock(mu_);
-  pairs_.emplace_back(signature, pair);
-  last_ = pair;
-  last_signature_ = std::move(signature);
-  return pair;
+  return pairs_.Insert(std::move(signature), std::move(pair));
 }
 
 std::vector<at::Tensor> CompiledFunction::operator()(

@@ -46,12 +46,11 @@ class CompiledFunction : public std::enable_shared_from_this<CompiledFunction> {
   bool fusion() const;
   // The pair for `inputs` (specialized on first use, then `first_outputs`
   // receives its forward's outputs), or nullptr when fusion is off or the
-  // function already holds kMaxSpecializations pairs.
+  // function already holds SignatureCache::kMax pairs.
   std::shared_ptr<const SpecializedPair> PairFor(const std::vector<c10::IValue>& inputs,
                                                  std::vector<c10::IValue>* first_outputs) const;
   // The most recently used pair (nullptr before the first).
   std::shared_ptr<const SpecializedPair> last_pair() const;
-  static constexpr size_t kMaxSpecializations = 8;
 
  private:
   CompiledFunction() = default;
@@ -61,10 +60,7 @@ class CompiledFunction : public std::enable_shared_from_this<CompiledFunction> {
   StageLog* log_ = nullptr;
   mutable std::mutex mu_;
   bool fusion_ = true;
-  mutable std::vector<std::pair<std::vector<int64_t>, std::shared_ptr<const SpecializedPair>>>
-      pairs_;
-  mutable std::shared_ptr<const SpecializedPair> last_;
-  mutable std::vector<int64_t> last_signature_;
+  mutable SignatureCache<std::shared_ptr<const SpecializedPair>> pairs_;
 };
 
 // The passes every captured graph goes through before differentiation:

@@ -9,6 +9,7 @@
 
 #include "compiler/fusion_group.h"
 #include "compiler/lower_fusion_group.h"
+#include "compiler/plan_buffers.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/llvm_codegen.h"
 
@@ -71,10 +72,6 @@ struct Launch {
   std::vector<std::vector<int64_t>> out_sizes;  // per segment
   std::vector<int64_t> reuse;  // per output over all segments: node input or -1
 };
-
-bool UniquelyOwned(const at::Tensor& t) {
-  return t.use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous();
-}
 
 }  // namespace
 
@@ -142,7 +139,7 @@ torch::jit::Operation MakeFusedKernelOperation(torch::jit::Node* group) {
         if (from >= 0) {
           const at::Tensor& candidate = stack[base + from].toTensor();
           // Not taken twice: a taken input is no longer uniquely owned.
-          if (UniquelyOwned(candidate)) out = candidate;
+          if (BufferIsFree(candidate)) out = candidate;
         }
         if (!out.defined()) {
           out = at::empty(l.out_sizes[s], at::TensorOptions().dtype(p.output_dtypes[o]));

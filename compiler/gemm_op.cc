@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUFunctions.h>
 
+#include "compiler/plan_buffers.h"
+
 namespace metafuse::compiler {
 namespace {
 
@@ -103,9 +105,7 @@ torch::jit::Operation MakeGemmOperation(torch::jit::Node* gemm) {
                   " does not match the product [", m, ", ", n, "]");
       // The accumulator's buffer when nothing else holds it (buffer reuse);
       // a copy otherwise.
-      const bool unique = acc.use_count() == 1 && acc.storage().use_count() == 1 &&
-                          acc.is_contiguous();
-      c = unique ? std::move(acc) : acc.clone(at::MemoryFormat::Contiguous);
+      c = BufferIsFree(acc) ? std::move(acc) : acc.clone(at::MemoryFormat::Contiguous);
     } else {
       c = at::empty({m, n}, a.options());
     }

@@ -48,6 +48,33 @@ namespace {
 const c10::Symbol trans_a = c10::Symbol::attr("trans_a");
 const c10::Symbol trans_b = c10::Symbol::attr("trans_b");
 
+// A metafuse::gemm of `operands` (a, b[, accumulator]) with the given flags,
+// inserted before `replaced`, whose output it takes over with `type`.
+void ReplaceWithGemm(torch::jit::Graph& graph, Node* replaced,
+                     at::ArrayRef<Value*> operands, int64_t ta, int64_t tb,
+                     const c10::TypePtr& type) {
+  torch::jit::WithInsertPoint guard(replaced);
+  Node* gemm = graph.create(GemmKind(), operands, 1);
+  gemm->i_(trans_a, ta);
+  gemm->i_(trans_b, tb);
+  gemm->insertBefore(replaced);
+  gemm->output()->setType(type);
+  replaced->output()->replaceAllUsesWith(gemm->output());
+}
+
+// Products, transposes and additions nothing reads any more.
+void RemoveDeadNodes(torch::jit::Graph& graph) {
+  for (auto it = graph.nodes().rbegin(); it != graph.nodes().rend();) {
+    Node* n = *it;
+    ++it;
+    if ((n->kind() == aten::mm || n->kind() == aten::t || n->kind() == aten::transpose ||
+         n->kind() == aten::add || n->kind() == GemmKind()) &&
+        !n->output()->hasUses()) {
+      n->destroy();
+    }
+  }
+}
+
 // t(op(A) op(B)) = op(B)^T op(A)^T: a transposed product is the product with
 // the operands swapped and both flags flipped, so its transpose view (and
 // the instruction making it) goes too.
@@ -68,15 +95,10 @@ int64_t FoldTransposedProducts(torch::jit::Graph& graph) {
       continue;
     }
     Node* product = t->input(0)->node();
-    torch::jit::WithInsertPoint guard(t);
-    Node* swapped = graph.create(GemmKind(), {product->input(1), product->input(0)}, 1);
-    swapped->i_(trans_a, 1 - product->i(trans_b));
-    swapped->i_(trans_b, 1 - product->i(trans_a));
-    swapped->insertBefore(t);
     // The result is a fresh row-major matrix, not the strided view t made.
-    auto type = CompleteTensorType(t->output());
-    swapped->output()->setType(type->contiguous());
-    t->output()->replaceAllUsesWith(swapped->output());
+    ReplaceWithGemm(graph, t, {product->input(1), product->input(0)},
+                    1 - product->i(trans_b), 1 - product->i(trans_a),
+                    CompleteTensorType(t->output())->contiguous());
     ++folded;
   }
   return folded;
@@ -103,13 +125,8 @@ int64_t LowerProducts(torch::jit::Graph& graph) {
         *out->scalarType() != *CompleteTensorType(operands[1])->scalarType()) {
       continue;
     }
-    torch::jit::WithInsertPoint guard(mm);
-    Node* gemm = graph.create(GemmKind(), {operands[0], operands[1]}, 1);
-    gemm->i_(trans_a, transposed[0] ? 1 : 0);
-    gemm->i_(trans_b, transposed[1] ? 1 : 0);
-    gemm->insertBefore(mm);
-    gemm->output()->copyMetadata(mm->output());
-    mm->output()->replaceAllUsesWith(gemm->output());
+    ReplaceWithGemm(graph, mm, {operands[0], operands[1]}, transposed[0] ? 1 : 0,
+                    transposed[1] ? 1 : 0, mm->output()->type());
     ++lowered;
   }
   return lowered;
@@ -140,13 +157,8 @@ int64_t FoldAccumulations(torch::jit::Graph& graph) {
           p_type->scalarType() != out->scalarType()) {
         continue;
       }
-      torch::jit::WithInsertPoint guard(add);
-      Node* fused = graph.create(GemmKind(), {p->input(0), p->input(1), acc}, 1);
-      fused->i_(trans_a, p->i(trans_a));
-      fused->i_(trans_b, p->i(trans_b));
-      fused->insertBefore(add);
-      fused->output()->setType(out->contiguous());
-      add->output()->replaceAllUsesWith(fused->output());
+      ReplaceWithGemm(graph, add, {p->input(0), p->input(1), acc}, p->i(trans_a),
+                      p->i(trans_b), out->contiguous());
       ++folded;
       break;
     }
@@ -164,24 +176,10 @@ int64_t LowerMatmulToGemm(const std::shared_ptr<torch::jit::Graph>& graph) {
     const int64_t products = LowerProducts(*graph);
     lowered += products;
     changed = folded + products;
-    for (auto it = graph->nodes().rbegin(); it != graph->nodes().rend();) {
-      Node* n = *it;
-      ++it;
-      if ((n->kind() == aten::mm || n->kind() == aten::t || n->kind() == aten::transpose ||
-           n->kind() == aten::add || n->kind() == GemmKind()) &&
-          !n->output()->hasUses()) {
-        n->destroy();
-      }
-    }
+    RemoveDeadNodes(*graph);
   }
   FoldAccumulations(*graph);
-  for (auto it = graph->nodes().rbegin(); it != graph->nodes().rend();) {
-    Node* n = *it;
-    ++it;
-    if ((n->kind() == aten::add || n->kind() == GemmKind()) && !n->output()->hasUses()) {
-      n->destroy();
-    }
-  }
+  RemoveDeadNodes(*graph);
   return lowered;
 }
 

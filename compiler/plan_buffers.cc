@@ -48,6 +48,10 @@ std::vector<bool> ReadByEveryOutput(const Node* group) {
 
 }  // namespace
 
+bool BufferIsFree(const at::Tensor& t) {
+  return t.use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous();
+}
+
 int64_t PlanBuffers(const std::shared_ptr<torch::jit::Graph>& graph) {
   int64_t planned = 0;
   for (Node* node : graph->nodes()) {

@@ -19,11 +19,17 @@
 
 #include <memory>
 
+#include <ATen/core/Tensor.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 namespace metafuse::compiler {
 
 // Returns the number of outputs that may reuse an input buffer.
 int64_t PlanBuffers(const std::shared_ptr<torch::jit::Graph>& graph);
+
+// The run-time half of the plan: `t` may be written over (nothing else holds
+// its tensor or its storage, and it is contiguous). The operations that take
+// buffers (fused kernels, accumulating GEMMs) ask this.
+bool BufferIsFree(const at::Tensor& t);
 
 }  // namespace metafuse::compiler

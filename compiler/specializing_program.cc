@@ -85,7 +85,8 @@ bool SpecializingProgram::fusion() const {
 
 const runtime::Program* SpecializingProgram::specialized() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return last_ ? last_->program.get() : nullptr;
+  const auto* last = programs_.last();
+  return last != nullptr ? last->get() : nullptr;
 }
 
 SpecializationReport SpecializingProgram::report() const {
@@ -102,18 +103,10 @@ std::vector<c10::IValue> SpecializingProgram::Run(std::vector<c10::IValue> input
       program = generic_.get();
     } else {
       signature = SignatureOf(inputs);
-      if (last_ && last_->signature == signature) {
-        program = last_->program.get();
-      } else {
-        for (const auto& entry : entries_) {
-          if (entry->signature == signature) {
-            last_ = entry.get();
-            program = entry->program.get();
-          }
-        }
-        if (program == nullptr && entries_.size() >= kMaxSpecializations) {
-          program = generic_.get();
-        }
+      if (const auto* found = programs_.Find(signature)) {
+        program = found->get();
+      } else if (programs_.full()) {
+        program = generic_.get();
       }
     }
   }
@@ -168,13 +161,10 @@ std::vector<c10::IValue> SpecializingProgram::Specialize(std::vector<c10::IValue
   report.shape_queries_folded = shapes.shape_queries_folded;
   report.identities_removed = shapes.identities_removed;
   report.nodes_specialized = CountNodes(*graph);
-  auto entry = std::make_unique<Entry>();
-  entry->signature = std::move(signature);
   FusedProgram fused = BuildFusedProgram(graph, label_, &report);
-  entry->program = std::move(fused.program);
   // The first call returns what the specialized program computes, so a
   // single call exercises it (and tests of one call test it).
-  shapes.outputs = entry->program->Run(held);
+  shapes.outputs = fused.program->Run(held);
   report.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mu_);
@@ -183,8 +173,7 @@ std::vector<c10::IValue> SpecializingProgram::Specialize(std::vector<c10::IValue
     log_->RecordFinal(label_ + "_fused", fused.fused);
   }
   report_ = report;
-  entries_.push_back(std::move(entry));
-  last_ = entries_.back().get();
+  programs_.Insert(std::move(signature), std::move(fused.program));
   return std::move(shapes.outputs);
 }
 

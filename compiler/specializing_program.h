@@ -25,6 +25,39 @@
 
 namespace metafuse::compiler {
 
+// Specializations keyed by input signature (InputSignature): the one used
+// last is checked first, since consecutive calls usually share it; at most
+// kMax entries. Not synchronized: its owner holds a lock around it.
+template <typename T>
+class SignatureCache {
+ public:
+  static constexpr size_t kMax = 8;
+  // The entry for `signature` (it becomes the last used), or nullptr.
+  const T* Find(const std::vector<int64_t>& signature) {
+    if (last_ != nullptr && last_->first == signature) return &last_->second;
+    for (auto& entry : entries_) {
+      if (entry->first == signature) {
+        last_ = entry.get();
+        return &entry->second;
+      }
+    }
+    return nullptr;
+  }
+  bool full() const { return entries_.size() >= kMax; }
+  const T& Insert(std::vector<int64_t> signature, T value) {
+    entries_.push_back(std::make_unique<Entry>(std::move(signature), std::move(value)));
+    last_ = entries_.back().get();
+    return last_->second;
+  }
+  // The entry used last, or nullptr.
+  const T* last() const { return last_ != nullptr ? &last_->second : nullptr; }
+
+ private:
+  using Entry = std::pair<std::vector<int64_t>, T>;
+  std::vector<std::unique_ptr<Entry>> entries_;
+  Entry* last_ = nullptr;
+};
+
 struct SpecializationReport {
   int64_t nodes_before = 0;          // generic graph (without constants)
   int64_t nodes_specialized = 0;     // after shape specialization
@@ -59,14 +92,10 @@ class SpecializingProgram {
   void set_fusion(bool enabled);
   bool fusion() const;
 
-  // At most this many signatures are specialized; others run generic().
-  static constexpr size_t kMaxSpecializations = 8;
+  // At most SignatureCache::kMax signatures are specialized; others run
+  // generic().
 
  private:
-  struct Entry {
-    std::vector<int64_t> signature;
-    std::unique_ptr<runtime::Program> program;
-  };
   std::vector<c10::IValue> Specialize(std::vector<c10::IValue> inputs,
                                       std::vector<int64_t> signature) const;
 
@@ -75,8 +104,7 @@ class SpecializingProgram {
   StageLog* log_;
   std::unique_ptr<runtime::Program> generic_;
   mutable std::mutex mu_;
-  mutable std::vector<std::unique_ptr<Entry>> entries_;
-  mutable const Entry* last_ = nullptr;
+  mutable SignatureCache<std::unique_ptr<runtime::Program>> programs_;
   mutable SpecializationReport report_;
   bool fusion_ = true;
 };
