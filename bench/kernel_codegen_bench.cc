@@ -19,13 +19,14 @@
 #include <functional>
 #include <vector>
 
+#include "compiler/codegen/llvm_printer.h"
+#include "runtime/jit_kernel.h"
 #include "runtime/kernel_cache.h"
-#include "runtime/llvm_codegen.h"
 
 namespace {
 
-using metafuse::runtime::CompiledKernel;
-namespace kir = metafuse::runtime::kir;
+using metafuse::runtime::JitKernel;
+namespace kir = metafuse::codegen::kir;
 
 kir::Kernel AdamKernel() {
   const kir::DType f = kir::DType::kF32;
@@ -75,15 +76,15 @@ int main(int argc, char** argv) {
   if (mkdtemp(tmpl) == nullptr) return 1;
   const std::string dir = std::string(tmpl) + "/kernels";
   auto cold_cache = metafuse::runtime::KernelCache::Open(dir);
-  auto cold = CompiledKernel::Create(AdamKernel(), cold_cache->get());
+  auto cold = JitKernel::Create(*metafuse::codegen::HostKernelCode(AdamKernel()), cold_cache->get());
   if (!cold.ok()) {
     std::fprintf(stderr, "compile failed: %s\n", cold.status().ToString().c_str());
     return 1;
   }
   auto warm_cache = metafuse::runtime::KernelCache::Open(dir);
-  auto warm = CompiledKernel::Create(AdamKernel(), warm_cache->get());
+  auto warm = JitKernel::Create(*metafuse::codegen::HostKernelCode(AdamKernel()), warm_cache->get());
   std::filesystem::remove_all(tmpl);
-  const CompiledKernel& kernel = **warm;
+  const JitKernel& kernel = **warm;
 
   // Fused: read p, g, m, v once, write m', v', p' (in place into copies).
   auto pf = p.clone(), mf = m.clone(), vf = v.clone();
@@ -135,12 +136,12 @@ int main(int argc, char** argv) {
               inplace / fused);
   std::printf("max |p' fused - p' eager| = %.3g\n", diff);
 
-  // SiLU, x * sigmoid(x): exp as vectorized arithmetic (runtime/kernel_math.h)
+  // SiLU, x * sigmoid(x): exp as vectorized arithmetic (compiler/codegen/kernel_math.h)
   // against ATen's vectorized sigmoid.
   kir::KernelBuilder sb("bench_silu");
   int x = sb.Input("x", kir::DType::kF32);
   sb.Output("y", sb.Mul(x, sb.Sigmoid(x)));
-  auto silu = CompiledKernel::Create(*sb.Build());
+  auto silu = JitKernel::Create(*metafuse::codegen::HostKernelCode(*sb.Build()));
   if (!silu.ok()) return 1;
   auto y = torch::empty_like(p);
   const void* sin[] = {p.data_ptr()};

@@ -7,49 +7,20 @@ std::shared_ptr<CompiledInnerLoop> CompiledInnerLoop::Compile(
     const std::shared_ptr<torch::jit::Graph>& loss_graph,
     const InnerLoopLayout& layout, const OptimizerSpec& optimizer, bool keep_snapshots) {
   auto loop = std::shared_ptr<CompiledInnerLoop>(new CompiledInnerLoop());
-  loop->layout_ = layout;
-  loop->optimizer_ = optimizer;
-  loop->loss_graph_ = loss_graph->copy();
-  loop->stages_.set_keep_snapshots(keep_snapshots);
-  std::shared_ptr<torch::jit::Graph> graph = loss_graph->copy();
-  PrepareCapturedGraph(graph, &loop->stages_);
-  std::shared_ptr<torch::jit::Graph> program =
-      BuildInnerLoopProgram(*graph, layout, optimizer, &loop->stages_);
-  std::vector<int64_t> diff;
-  for (int64_t i = 0; i < layout.num_params; ++i) diff.push_back(i);
-  const int64_t extras_begin = layout.num_params + layout.num_batch;
-  for (int64_t i = 0; i < layout.num_extra; ++i) diff.push_back(extras_begin + i);
-  if (optimizer.lr_is_input) {
-    const int64_t count = optimizer.lr_per_param ? layout.num_params : 1;
-    for (int64_t i = 0; i < count; ++i) {
-      diff.push_back(extras_begin + layout.num_extra + i);
-    }
-  }
-  loop->function_ = CompiledFunction::Build(program, diff, &loop->stages_);
+  loop->spec_ = InnerLoopSpec{layout, optimizer};
+  CompileRequest request;
+  request.captured = loss_graph->copy();
+  request.inner_loop = loop->spec_;
+  loop->function_ = SpecializingFunction::Compile(std::move(request), keep_snapshots);
   return loop;
-}
-
-std::vector<std::pair<std::string, std::string>> CompiledInnerLoop::stages() const {
-  if (stages_.keeps_snapshots()) return stages_.stages();
-  std::vector<std::pair<std::string, std::string>> result;
-  {
-    std::lock_guard<std::mutex> lock(compile_stages_mu_);
-    if (compile_stages_.empty()) {
-      // The pipeline is deterministic: the same compile, snapshots kept.
-      compile_stages_ = Compile(loss_graph_, layout_, optimizer_, true)->stages_.stages();
-    }
-    result = compile_stages_;
-  }
-  for (const auto& stage : stages_.stages()) result.push_back(stage);
-  return result;
 }
 
 std::vector<at::Tensor> CompiledInnerLoop::operator()(
     const std::vector<at::Tensor>& inputs) const {
-  const size_t num_lr = !optimizer_.lr_is_input ? 0
-                        : optimizer_.lr_per_param ? layout_.num_params : 1;
-  const size_t expected =
-      layout_.num_params + layout_.num_batch + layout_.num_extra + num_lr;
+  const InnerLoopLayout& layout = spec_.layout;
+  const size_t num_lr = !spec_.optimizer.lr_is_input ? 0
+                        : spec_.optimizer.lr_per_param ? layout.num_params : 1;
+  const size_t expected = layout.num_params + layout.num_batch + layout.num_extra + num_lr;
   TORCH_CHECK(inputs.size() == expected, "compiled inner loop takes ", expected,
               " tensors (params, batch, extras, [lr]), got ", inputs.size());
   return (*function_)(inputs);

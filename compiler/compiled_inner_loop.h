@@ -1,6 +1,6 @@
-// A compiled inner loop: capture -> decompose -> unroll (symbolic inner
-// gradients) -> meta-backward (symbolic) -> two runtime programs, exposed as
-// one autograd node whose backward is the compiled meta-backward.
+// The C++ front for inner loops: a traced per-step loss unrolled for K
+// steps of an optimizer, compiled by the pipeline (pipeline.h) into one
+// autograd node whose backward is the compiled meta-backward.
 #pragma once
 
 #include <functional>
@@ -11,19 +11,17 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
-#include "compiler/compiled_function.h"
 #include "compiler/inner_loop.h"
-#include "compiler/ir_dump.h"
-#include "runtime/program.h"
+#include "compiler/pipeline.h"
+#include "compiler/specializing_function.h"
 
 namespace metafuse::compiler {
 
 class CompiledInnerLoop {
  public:
-  // Compiles a traced per-step loss graph (inputs: params, batch, extras).
-  // Throws UnsupportedOp naming the first op outside the primitive set.
-  // `keep_snapshots`: record the IR of every compile stage now (otherwise
-  // stages() recompiles once to produce it; see StageLog).
+  // Compiles a traced per-step loss graph (inputs: params, batch, extras)
+  // through the pipeline (pipeline.h). Throws UnsupportedOp naming the ops
+  // outside the primitive set.
   static std::shared_ptr<CompiledInnerLoop> Compile(
       const std::shared_ptr<torch::jit::Graph>& loss_graph,
       const InnerLoopLayout& layout, const OptimizerSpec& optimizer,
@@ -34,23 +32,14 @@ class CompiledInnerLoop {
   // and lr through the compiled meta-backward.
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) const;
 
-  const runtime::Program& forward_program() const { return function_->forward_program(); }
-  const runtime::Program& backward_program() const { return function_->backward_program(); }
-  // (stage, IR) of the compile pipeline, then of every specialization so
-  // far.
-  std::vector<std::pair<std::string, std::string>> stages() const;
-  CompiledFunction& function() const { return *function_; }
-  const InnerLoopLayout& layout() const { return layout_; }
+  SpecializingFunction& function() const { return *function_; }
+  const InnerLoopLayout& layout() const { return spec_.layout; }
+  const OptimizerSpec& optimizer() const { return spec_.optimizer; }
 
  private:
   CompiledInnerLoop() = default;
-  InnerLoopLayout layout_;
-  OptimizerSpec optimizer_;
-  std::shared_ptr<CompiledFunction> function_;
-  StageLog stages_;
-  std::shared_ptr<torch::jit::Graph> loss_graph_;  // as given, for stages()
-  mutable std::mutex compile_stages_mu_;
-  mutable std::vector<std::pair<std::string, std::string>> compile_stages_;
+  InnerLoopSpec spec_;
+  std::shared_ptr<SpecializingFunction> function_;
 };
 
 // C++ front: traces `loss_fn(params, batch)` on the example tensors with the

@@ -1,5 +1,7 @@
 #include "compiler/eliminate_optimizer_backward.h"
 
+#include "runtime/options.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -314,10 +316,7 @@ bool Rewrite(Graph& graph, const Chain& c) {
   return true;
 }
 
-bool Disabled() {
-  const char* env = std::getenv("METAFUSE_DISABLE_OPTIMIZER_ELIMINATION");
-  return env != nullptr && *env != '\0' && std::string(env) != "0";
-}
+bool Disabled() { return !runtime::OptionsFromEnvironment().optimizer_elimination; }
 
 }  // namespace
 

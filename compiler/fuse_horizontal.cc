@@ -109,7 +109,7 @@ HorizontalFusionStats FuseHorizontally(const std::shared_ptr<torch::jit::Graph>&
       auto it = kernel_of.find(node);
       if (it == kernel_of.end()) {
         auto plan = LowerFusionGroup(node);
-        it = kernel_of.emplace(node, plan.ok() ? runtime::kir::Print(plan->kernel) : "").first;
+        it = kernel_of.emplace(node, plan.ok() ? codegen::kir::Print(plan->kernel) : "").first;
       }
       if (!it->second.empty()) by_kernel[it->second].push_back(node);
     }

@@ -6,16 +6,15 @@
 #include <iostream>
 #include <sstream>
 
+#include "runtime/options.h"
+
 namespace metafuse::compiler {
 
-bool StageLog::DumpRequested() {
-  const char* env = std::getenv("METAFUSE_DUMP_IR");
-  return env != nullptr && *env != '\0' && std::string(env) != "0";
-}
+bool StageLog::DumpRequested() { return !runtime::OptionsFromEnvironment().dump_ir.empty(); }
 
 void StageLog::RecordFinal(const std::string& stage,
                            std::shared_ptr<const torch::jit::Graph> graph) {
-  if (std::getenv("METAFUSE_TIME_STAGES")) {
+  if (runtime::OptionsFromEnvironment().time_stages) {
     static auto last = std::chrono::steady_clock::now();
     auto now = std::chrono::steady_clock::now();
     std::cerr << "stage " << stage << " +"
@@ -58,7 +57,7 @@ void StageLog::Record(const std::string& stage,
     stages_.emplace_back(stage, os.str());
     count = stages_.size();
   }
-  const std::string env = std::getenv("METAFUSE_DUMP_IR");
+  const std::string env = runtime::OptionsFromEnvironment().dump_ir;
   if (env == "1") {
     std::cerr << "=== metafuse IR after " << stage << " ===\n" << os.str();
     return;

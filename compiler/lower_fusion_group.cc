@@ -16,7 +16,7 @@ namespace metafuse::compiler {
 using torch::jit::Node;
 using torch::jit::Value;
 namespace aten = torch::jit::aten;
-namespace kir = runtime::kir;
+namespace kir = codegen::kir;
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Lowering: a metafuse::FusionGroup node (fusion_group.h) with complete
 // tensor types (specialize_shapes.h) -> a kernel-IR kernel
-// (runtime/kernel_ir.h) plus how to bind the node's inputs to it.
+// (compiler/codegen/kernel_ir.h) plus how to bind the node's inputs to it.
 //
 // Each subgraph node becomes scalar ops evaluated at element i of the loop
 // shape: broadcasting composes, so a value of a smaller shape is read at the
@@ -16,7 +16,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include "absl/status/statusor.h"
-#include "runtime/kernel_ir.h"
+#include "compiler/codegen/kernel_ir.h"
 
 namespace metafuse::compiler {
 
@@ -25,7 +25,7 @@ namespace metafuse::compiler {
 // repeated) or outer (each element repeated over a trailing block);
 // nullopt when the broadcast has none of these forms.
 struct BroadcastAccess {
-  runtime::kir::Access access = runtime::kir::Access::kElement;
+  codegen::kir::Access access = codegen::kir::Access::kElement;
   int64_t inner = 1;
 };
 std::optional<BroadcastAccess> ClassifyBroadcast(c10::IntArrayRef sizes,
@@ -41,7 +41,7 @@ bool IsFusibleNode(const torch::jit::Node* node);
 bool IsFusibleComparison(const torch::jit::Node* node);
 
 struct FusedKernelPlan {
-  runtime::kir::Kernel kernel;  // named "fused_<structural hash>"
+  codegen::kir::Kernel kernel;  // named "fused_<structural hash>"
   std::vector<int64_t> loop_sizes;
   // Per node input: its kernel input number (tensors) or scalar number
   // (numbers), and whether it is a tensor.

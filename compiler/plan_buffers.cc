@@ -27,11 +27,11 @@ std::vector<bool> ReadByEveryOutput(const Node* group) {
   const size_t n = group->g(torch::jit::attr::Subgraph)->inputs().size();
   auto plan = LowerFusionGroup(group);
   if (!plan.ok()) return std::vector<bool>(n, false);
-  const runtime::kir::Kernel& k = plan->kernel;
+  const codegen::kir::Kernel& k = plan->kernel;
   std::vector<std::vector<bool>> reads(k.nodes.size(), std::vector<bool>(k.inputs.size(), false));
   for (size_t id = 0; id < k.nodes.size(); ++id) {  // arguments precede their users
-    const runtime::kir::Node& node = k.nodes[id];
-    if (node.op == runtime::kir::Op::kInput) reads[id][node.index] = true;
+    const codegen::kir::Node& node = k.nodes[id];
+    if (node.op == codegen::kir::Op::kInput) reads[id][node.index] = true;
     for (int a : node.args) {
       for (size_t i = 0; i < k.inputs.size(); ++i) reads[id][i] = reads[id][i] || reads[a][i];
     }
@@ -47,10 +47,6 @@ std::vector<bool> ReadByEveryOutput(const Node* group) {
 }
 
 }  // namespace
-
-bool BufferIsFree(const at::Tensor& t) {
-  return t.use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous();
-}
 
 int64_t PlanBuffers(const std::shared_ptr<torch::jit::Graph>& graph) {
   int64_t planned = 0;

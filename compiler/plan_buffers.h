@@ -12,9 +12,8 @@
 //     buffers are noalias, so only a data dependence orders the load of
 //     element i before the stores at element i; an output that does not
 //     depend on the input could be stored first and clobber it.
-// The claim is checked again at run time: the input is taken only if its
-// tensor and storage are uniquely owned (not a view, not held by the caller
-// or by a saved value), so a plan can never overwrite live data.
+// The claim is checked again at run time (runtime/buffer_ownership.h), so a
+// plan can never overwrite live data.
 #pragma once
 
 #include <memory>
@@ -26,10 +25,5 @@ namespace metafuse::compiler {
 
 // Returns the number of outputs that may reuse an input buffer.
 int64_t PlanBuffers(const std::shared_ptr<torch::jit::Graph>& graph);
-
-// The run-time half of the plan: `t` may be written over (nothing else holds
-// its tensor or its storage, and it is contiguous). The operations that take
-// buffers (fused kernels, accumulating GEMMs) ask this.
-bool BufferIsFree(const at::Tensor& t);
 
 }  // namespace metafuse::compiler

@@ -6,7 +6,7 @@
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
-#include "runtime/program.h"
+#include "compiler/lower_to_program.h"
 
 namespace metafuse::compiler {
 
@@ -80,9 +80,11 @@ ShapeSpecialization SpecializeShapes(const std::shared_ptr<torch::jit::Graph>& g
     Annotate(graph->inputs()[i], inputs[i]);
   }
   std::unordered_map<const Node*, std::vector<c10::IValue>> queries;
-  runtime::Program recorder(graph, "specialize");
+  std::vector<const Node*> nodes;  // per instruction
+  runtime::Program recorder(LowerToProgram(*graph, "specialize", {}, &nodes));
   result.outputs = recorder.Run(
-      std::move(inputs), [&](const Node* node, const c10::IValue* outs, size_t n) {
+      std::move(inputs), [&](size_t index, const c10::IValue* outs, size_t n) {
+        const Node* node = nodes[index];
         for (size_t k = 0; k < n; ++k) {
           Annotate(const_cast<Node*>(node)->outputs()[k], outs[k]);
         }

@@ -1,7 +1,7 @@
 #include "frontend/compiler_bindings.h"
 
-#include <unordered_map>
-#include <unordered_set>
+#include <optional>
+#include <sstream>
 
 #include <ATen/ATen.h>
 #include <pybind11/stl.h>
@@ -11,6 +11,10 @@
 
 #include "compiler/autodiff.h"
 #include "compiler/compiled_inner_loop.h"
+#include "compiler/flop_count.h"
+#include "compiler/lower_to_program.h"
+#include "compiler/pipeline.h"
+#include "runtime/program_serialization.h"
 #include "runtime/memory_meter.h"
 #include "runtime/profiler.h"
 
@@ -38,94 +42,6 @@ struct ProfileHandle {
   }
 };
 
-// A compiled user function together with the IR of its stages (and the
-// prepared program, from which counts() re-derives the two graphs).
-struct CompiledUserFunction {
-  std::shared_ptr<CompiledFunction> function;
-  StageLog stages;
-  std::shared_ptr<torch::jit::Graph> program;
-  std::vector<int64_t> differentiable_inputs;
-  std::shared_ptr<torch::jit::Graph> traced;  // as given, for stages()
-};
-
-// Size of the tensor value `v` had in the run (0 when unknown).
-using Sizes = std::unordered_map<const torch::jit::Value*, std::vector<int64_t>>;
-int64_t Numel(const Sizes& sizes, const torch::jit::Value* v) {
-  auto it = sizes.find(v);
-  if (it == sizes.end()) return 0;
-  int64_t n = 1;
-  for (int64_t d : it->second) n *= d;
-  return n;
-}
-
-// Flop estimate of one node from the sizes of its values: mm 2mkn;
-// reductions (and sum_to_size) the input's numel; shape, fill and scalar ops
-// none; metafuse::adam the 13 elementwise ops of the generic chain it stands
-// for (+1 maximize, +1 weight decay) per element; any other op (elementwise)
-// the numel of its first output. Convolutions are not modelled.
-double NodeFlops(const torch::jit::Node* n, const Sizes& sizes) {
-  static const std::unordered_set<std::string> kFree = {
-      "aten::size", "aten::numel", "aten::expand", "aten::view", "aten::reshape",
-      "aten::t", "aten::transpose", "aten::unsqueeze", "aten::squeeze",
-      "aten::permute", "aten::flatten", "aten::contiguous", "aten::clone",
-      "aten::zeros_like", "aten::ones_like", "aten::type_as"};
-  static const std::unordered_set<std::string> kReductions = {
-      "aten::sum", "aten::mean", "aten::logsumexp", "aten::amax",
-      "aten::sum_to_size", "aten::argmax", "aten::argmin"};
-  const std::string name = n->kind().toQualString();
-  if (n->kind().is_prim() || kFree.count(name) || n->outputs().empty() ||
-      !n->output(0)->type()->cast<c10::TensorType>())
-    return 0.0;
-  if (name == "aten::mm") {
-    auto a = sizes.find(n->input(0)), b = sizes.find(n->input(1));
-    if (a == sizes.end() || b == sizes.end()) return 0.0;
-    return 2.0 * a->second.at(0) * a->second.at(1) * b->second.at(1);
-  }
-  if (kReductions.count(name)) return static_cast<double>(Numel(sizes, n->input(0)));
-  if (name == "metafuse::adam") {
-    auto hyper = [&](const char* h) {
-      return *torch::jit::toIValue(n->namedInput(c10::Symbol::attr(h)));
-    };
-    const double per_element = 13.0 + (hyper("maximize").toBool() ? 1.0 : 0.0) +
-                               (hyper("weight_decay").toDouble() != 0.0 ? 1.0 : 0.0);
-    return per_element * static_cast<double>(Numel(sizes, n->output(1)));
-  }
-  return static_cast<double>(Numel(sizes, n->output(0)));
-}
-
-// Runs `graph` once on `inputs` with every tensor a node produces returned
-// too (so its size is known); returns (nodes without constants, flops) and
-// the graph's own outputs.
-std::pair<py::tuple, std::vector<c10::IValue>> CountProgram(
-    const std::shared_ptr<torch::jit::Graph>& graph, std::vector<c10::IValue> inputs) {
-  std::shared_ptr<torch::jit::Graph> probe = graph->copy();
-  const size_t num_outputs = probe->outputs().size();
-  std::vector<torch::jit::Value*> produced;
-  for (torch::jit::Node* n : probe->nodes()) {
-    for (torch::jit::Value* v : n->outputs()) {
-      if (v->type()->cast<c10::TensorType>()) produced.push_back(v);
-    }
-  }
-  for (torch::jit::Value* v : produced) probe->registerOutput(v);
-  Sizes sizes;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].isTensor()) sizes[probe->inputs()[i]] = inputs[i].toTensor().sizes().vec();
-  }
-  std::vector<c10::IValue> out = runtime::Program(probe).Run(std::move(inputs));
-  for (size_t i = 0; i < produced.size(); ++i) {
-    sizes[produced[i]] = out[num_outputs + i].toTensor().sizes().vec();
-  }
-  int64_t nodes = 0;
-  double flops = 0.0;
-  for (const torch::jit::Node* n : probe->nodes()) {
-    if (n->kind() == torch::jit::prim::Constant) continue;
-    ++nodes;
-    flops += NodeFlops(n, sizes);
-  }
-  out.resize(num_outputs);
-  return {py::make_tuple(nodes, flops), std::move(out)};
-}
-
 py::dict ReportDict(const SpecializationReport& r) {
   py::dict d;
   d["nodes_before"] = r.nodes_before;
@@ -145,32 +61,59 @@ py::dict ReportDict(const SpecializationReport& r) {
   return d;
 }
 
-// set_fusion / fusion_report / fused_listing for a class holding a
-// CompiledFunction (reached through `get`).
+// What every compiled object binds (reached through `get`, which returns
+// its SpecializingFunction): fusion on/off and its reports, the stages'
+// IR, listings, the program value.
 template <typename Class, typename Get>
-void BindFusionMethods(Class& cls, Get get) {
-  cls.def("set_fusion", [get](const typename Class::type& self, bool enabled) {
-       get(self).set_fusion(enabled);
-     }, py::arg("enabled"))
-      .def("fusion", [get](const typename Class::type& self) { return get(self).fusion(); })
+void BindFunctionMethods(Class& cls, Get get) {
+  using Self = typename Class::type;
+  cls.def("set_fusion", [get](const Self& self, bool enabled) { get(self).set_fusion(enabled); },
+          py::arg("enabled"))
+      .def("fusion", [get](const Self& self) { return get(self).fusion(); })
       // What specialization and fusion did for the most recent input
       // signature (empty before the first call with fusion on).
-      .def("fusion_report", [get](const typename Class::type& self) {
+      .def("fusion_report", [get](const Self& self) {
         py::dict d;
-        auto pair = get(self).last_pair();
-        if (!pair) return d;
-        d["forward"] = ReportDict(pair->forward_report);
-        d["backward"] = ReportDict(pair->backward_report);
-        d["saved_before"] = pair->saved_before;
-        d["saved_after"] = pair->saved_after;
-        d["rematerialized"] = pair->rematerialized;
+        auto last = get(self).last_specialization();
+        if (!last) return d;
+        d["forward"] = ReportDict(last->info.forward_report);
+        d["backward"] = ReportDict(last->info.backward_report);
+        d["saved_before"] = last->info.saved_before;
+        d["saved_after"] = last->info.saved_after;
+        d["rematerialized"] = last->info.rematerialized;
         return d;
       })
-      .def("fused_listing", [get](const typename Class::type& self) {
-        auto pair = get(self).last_pair();
-        if (!pair) return py::make_tuple(std::string(), std::string());
-        return py::make_tuple(pair->forward->Listing(), pair->backward->Listing());
-      });
+      .def("fused_listing", [get](const Self& self) {
+        auto last = get(self).last_specialization();
+        if (!last) return py::make_tuple(std::string(), std::string());
+        return py::make_tuple(last->executable->forward.Listing(),
+                              last->executable->backward.Listing());
+      })
+      .def("stages", [get](const Self& self) { return get(self).stages(); })
+      .def_property_readonly("forward_instructions", [get](const Self& self) {
+        return get(self).generic().forward.num_instructions();
+      })
+      .def_property_readonly("backward_instructions", [get](const Self& self) {
+        return get(self).generic().backward.num_instructions();
+      })
+      .def("listing", [get](const Self& self) {
+        return py::make_tuple(get(self).generic().forward.Listing(),
+                              get(self).generic().backward.Listing());
+      })
+      // The program value a call with `inputs` runs (specialized to them
+      // with fusion on).
+      .def("program", [get](const Self& self, const std::vector<at::Tensor>& inputs) {
+        return get(self).ProgramFor(inputs);
+      }, py::arg("inputs"))
+      // {"forward"|"backward": (nodes, flops)} of the unfused programs, run
+      // once on `inputs` (cotangents of ones) to learn every value's size.
+      .def("counts", [get](const Self& self, const std::vector<at::Tensor>& inputs) {
+        ProgramCounts c = CountSplitProgram(get(self).split(), inputs);
+        py::dict result;
+        result["forward"] = py::make_tuple(c.forward.nodes, c.forward.flops);
+        result["backward"] = py::make_tuple(c.backward.nodes, c.backward.flops);
+        return result;
+      }, py::arg("inputs"));
 }
 
 }  // namespace
@@ -189,21 +132,52 @@ void BindCompiler(py::module_& parent) {
 
   py::class_<CompiledInnerLoop, std::shared_ptr<CompiledInnerLoop>> inner_loop(
       m, "CompiledInnerLoop");
-  BindFusionMethods(inner_loop,
-                    [](const CompiledInnerLoop& l) -> CompiledFunction& { return l.function(); });
-  inner_loop.def("__call__", &CompiledInnerLoop::operator(), py::arg("inputs"))
-      .def("stages",
-           [](const CompiledInnerLoop& loop) { return loop.stages(); })
-      .def_property_readonly("forward_instructions", [](const CompiledInnerLoop& l) {
-        return l.forward_program().num_instructions();
+  BindFunctionMethods(inner_loop, [](const CompiledInnerLoop& l) -> SpecializingFunction& {
+    return l.function();
+  });
+  inner_loop.def("__call__", &CompiledInnerLoop::operator(), py::arg("inputs"));
+
+  py::class_<SpecializingFunction, std::shared_ptr<SpecializingFunction>> function(
+      m, "SpecializingFunction");
+  BindFunctionMethods(function, [](const SpecializingFunction& f) -> SpecializingFunction& {
+    return const_cast<SpecializingFunction&>(f);
+  });
+  function.def("__call__", &SpecializingFunction::operator(), py::arg("inputs"));
+
+  // The compiled program as a value (runtime/program_code.h).
+  py::class_<runtime::CompiledProgram>(m, "CompiledProgram")
+      .def("dump", [](const runtime::CompiledProgram& p) { return runtime::Dump(p); })
+      .def("serialize", [](const runtime::CompiledProgram& p) {
+        return py::bytes(runtime::SerializeProgram(p));
       })
-      .def_property_readonly("backward_instructions", [](const CompiledInnerLoop& l) {
-        return l.backward_program().num_instructions();
-      })
-      .def("listing", [](const CompiledInnerLoop& l) {
-        return py::make_tuple(l.forward_program().Listing(),
-                              l.backward_program().Listing());
+      .def_readonly("num_inputs", &runtime::CompiledProgram::num_inputs)
+      .def_readonly("num_outputs", &runtime::CompiledProgram::num_outputs)
+      .def_readonly("differentiable_inputs", &runtime::CompiledProgram::differentiable_inputs)
+      .def_readonly("versions", &runtime::CompiledProgram::versions)
+      .def_property_readonly("num_kernels", [](const runtime::CompiledProgram& p) {
+        return p.forward.kernels.size() + p.backward.kernels.size();
       });
+  m.def("deserialize_program", [](const py::bytes& bytes) {
+    auto p = runtime::DeserializeProgram(std::string(bytes));
+    if (!p.ok()) throw py::value_error(p.status().ToString());
+    return *std::move(p);
+  }, py::arg("data"));
+  // A program value made runnable (one autograd node per call).
+  py::class_<runtime::ExecutableProgram, std::shared_ptr<runtime::ExecutableProgram>>(
+      m, "ExecutableProgram")
+      .def(py::init([](const runtime::CompiledProgram& p) {
+        return std::make_shared<runtime::ExecutableProgram>(p);
+      }), py::arg("program"))
+      .def("__call__", [](const std::shared_ptr<runtime::ExecutableProgram>& self,
+                          const std::vector<at::Tensor>& inputs) {
+        if (!self->guard.empty()) {
+          TORCH_CHECK(runtime::InputSignature(std::vector<c10::IValue>(
+                          inputs.begin(), inputs.end())) == self->guard,
+                      "compiled program: the inputs' dtypes, devices or shapes differ from "
+                      "those it was specialized for");
+        }
+        return runtime::RunDifferentiable(self, inputs);
+      }, py::arg("inputs"));
 
   py::class_<ProfileHandle>(m, "Profile")
       .def(py::init<>())
@@ -212,54 +186,6 @@ void BindCompiler(py::module_& parent) {
       .def_readonly("summary", &ProfileHandle::summary)
       .def_readonly("chrome_trace", &ProfileHandle::trace)
       .def_readonly("num_events", &ProfileHandle::num_events);
-
-  py::class_<CompiledUserFunction, std::shared_ptr<CompiledUserFunction>> user_function(
-      m, "CompiledFunction");
-  BindFusionMethods(user_function, [](const CompiledUserFunction& f) -> CompiledFunction& {
-    return *f.function;
-  });
-  user_function.def("__call__",
-           [](const CompiledUserFunction& f, const std::vector<at::Tensor>& inputs) {
-             return (*f.function)(inputs);
-           })
-      .def("stages", [](const CompiledUserFunction& f) {
-        if (f.stages.keeps_snapshots()) return f.stages.stages();
-        // The compile stages come from compiling again, snapshots kept (the
-        // pipeline is deterministic); then this function's specializations.
-        StageLog log;
-        std::shared_ptr<torch::jit::Graph> graph = f.traced->copy();
-        PrepareCapturedGraph(graph, &log);
-        CompiledFunction::Build(graph, f.differentiable_inputs, &log);
-        std::vector<std::pair<std::string, std::string>> result = log.stages();
-        for (const auto& stage : f.stages.stages()) result.push_back(stage);
-        return result;
-      })
-      // {"forward"|"backward": (nodes, flops)} of the unfused programs, run
-      // once on `inputs` (cotangents of ones) to learn every value's size.
-      .def("counts",
-           [](const CompiledUserFunction& f, const std::vector<at::Tensor>& inputs) {
-             SplitProgram split = BuildMetaBackward(f.program, f.differentiable_inputs,
-                                                   /*log=*/nullptr);
-             auto [forward, out] = CountProgram(
-                 split.forward, std::vector<c10::IValue>(inputs.begin(), inputs.end()));
-             std::vector<c10::IValue> backward_inputs(out.begin() + split.num_outputs,
-                                                      out.end());
-             for (int64_t i = 0; i < split.num_outputs; ++i) {
-               backward_inputs.push_back(at::ones_like(out[i].toTensor()));
-             }
-             auto backward = CountProgram(split.backward, std::move(backward_inputs));
-             py::dict result;
-             result["forward"] = forward;
-             result["backward"] = backward.first;
-             return result;
-           },
-           py::arg("inputs"))
-      .def_property_readonly("forward_instructions", [](const CompiledUserFunction& f) {
-        return f.function->forward_program().num_instructions();
-      })
-      .def_property_readonly("backward_instructions", [](const CompiledUserFunction& f) {
-        return f.function->backward_program().num_instructions();
-      });
 
   // Live CPU tensor bytes (runtime/memory_meter.h), for benchmarks.
   m.def("install_memory_meter", &runtime::InstallMemoryMeter);
@@ -275,24 +201,33 @@ void BindCompiler(py::module_& parent) {
     return d;
   });
 
-  // Runs `graph` through SpecializingProgram (specialize, fuse, plan, JIT)
-  // or the generic program; `runs` times, returning the last outputs and
-  // the specialization report. For tests and debugging of the passes.
+  // Runs `graph` through phase 2 of the pipeline (specialize, fuse, plan,
+  // lower) or as it is; `runs` times, returning the last outputs and the
+  // specialization report. For tests and debugging of the passes.
   m.def(
       "run_specialized",
       [](const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<at::Tensor>& inputs,
          bool fusion, int64_t runs) {
-        StageLog log;
-        SpecializingProgram program(graph->copy(), "program", &log);
-        program.set_fusion(fusion);
-        std::vector<c10::IValue> out;
-        for (int64_t r = 0; r < runs; ++r) {
-          out = program.Run(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
+        const std::vector<c10::IValue> in(inputs.begin(), inputs.end());
+        SpecializationReport report;
+        std::string fused;
+        std::optional<runtime::Program> program;
+        if (fusion) {
+          SpecializedGraph s =
+              SpecializeGraph(*graph, in, runtime::OptionsFromEnvironment(), "program", nullptr);
+          report = s.report;
+          std::ostringstream os;
+          os << *s.fused;
+          fused = os.str();
+          program.emplace(std::move(s.code));
+        } else {
+          program.emplace(LowerToProgram(*graph, "program"));
         }
+        std::vector<c10::IValue> out;
+        for (int64_t r = 0; r < runs; ++r) out = program->Run(in);
         std::vector<at::Tensor> tensors;
         for (const auto& v : out) tensors.push_back(v.toTensor());
-        std::string fused = log.stages().empty() ? "" : log.stages().back().second;
-        return py::make_tuple(tensors, ReportDict(program.report()), fused);
+        return py::make_tuple(tensors, ReportDict(report), fused);
       },
       py::arg("graph"), py::arg("inputs"), py::arg("fusion") = true, py::arg("runs") = 1);
 
@@ -301,51 +236,48 @@ void BindCompiler(py::module_& parent) {
       [](const std::shared_ptr<torch::jit::Graph>& traced,
          const std::vector<int64_t>& differentiable_inputs) {
         py::gil_scoped_release no_gil;
-        auto out = std::make_shared<CompiledUserFunction>();
-        out->stages.set_keep_snapshots(false);
-        out->traced = traced->copy();
-        std::shared_ptr<torch::jit::Graph> graph = traced->copy();
-        PrepareCapturedGraph(graph, &out->stages);
-        out->function = CompiledFunction::Build(graph, differentiable_inputs,
-                                                &out->stages);
-        out->program = graph;
-        out->differentiable_inputs = differentiable_inputs;
-        return out;
+        CompileRequest request;
+        request.captured = traced->copy();
+        request.differentiable_inputs = differentiable_inputs;
+        return SpecializingFunction::Compile(std::move(request));
       },
       py::arg("graph"), py::arg("differentiable_inputs"));
 
+  py::class_<InnerLoopLayout>(m, "InnerLoopLayout")
+      .def(py::init([](int64_t num_params, int64_t num_batch, int64_t num_extra, int64_t steps,
+                       bool return_losses) {
+             return InnerLoopLayout{num_params, num_batch, num_extra, steps, return_losses};
+           }),
+           py::kw_only(), py::arg("num_params"), py::arg("num_batch"), py::arg("num_extra") = 0,
+           py::arg("steps") = 1, py::arg("return_losses") = false)
+      .def_readwrite("num_params", &InnerLoopLayout::num_params)
+      .def_readwrite("num_batch", &InnerLoopLayout::num_batch)
+      .def_readwrite("num_extra", &InnerLoopLayout::num_extra)
+      .def_readwrite("steps", &InnerLoopLayout::steps)
+      .def_readwrite("return_losses", &InnerLoopLayout::return_losses);
+
+  py::class_<OptimizerSpec>(m, "OptimizerSpec")
+      .def(py::init([](const std::string& kind, double lr, bool lr_is_input, bool lr_per_param,
+                       double weight_decay, bool maximize, double b1, double b2, double eps,
+                       double eps_root) {
+             return OptimizerSpec{kind, lr, lr_is_input, lr_per_param, weight_decay,
+                                  maximize, b1, b2, eps, eps_root};
+           }),
+           py::kw_only(), py::arg("kind") = "sgd", py::arg("lr") = 0.1,
+           py::arg("lr_is_input") = false, py::arg("lr_per_param") = false,
+           py::arg("weight_decay") = 0.0, py::arg("maximize") = false, py::arg("b1") = 0.9,
+           py::arg("b2") = 0.999, py::arg("eps") = 1e-8, py::arg("eps_root") = 0.0)
+      .def_readwrite("kind", &OptimizerSpec::kind)
+      .def_readwrite("lr", &OptimizerSpec::lr);
+
   m.def(
       "compile",
-      [](const std::shared_ptr<torch::jit::Graph>& graph, int64_t num_params,
-         int64_t num_batch, int64_t num_extra, int64_t steps, bool return_losses,
-         const std::string& kind, double lr, bool lr_is_input, bool lr_per_param,
-         double weight_decay,
-         bool maximize, double b1, double b2, double eps, double eps_root) {
-        InnerLoopLayout layout;
-        layout.num_params = num_params;
-        layout.num_batch = num_batch;
-        layout.num_extra = num_extra;
-        layout.steps = steps;
-        layout.return_losses = return_losses;
-        OptimizerSpec o;
-        o.kind = kind;
-        o.lr = lr;
-        o.lr_is_input = lr_is_input;
-        o.lr_per_param = lr_per_param;
-        o.weight_decay = weight_decay;
-        o.maximize = maximize;
-        o.b1 = b1;
-        o.b2 = b2;
-        o.eps = eps;
-        o.eps_root = eps_root;
+      [](const std::shared_ptr<torch::jit::Graph>& graph, const InnerLoopLayout& layout,
+         const OptimizerSpec& optimizer) {
         py::gil_scoped_release no_gil;
-        return CompiledInnerLoop::Compile(graph, layout, o);
+        return CompiledInnerLoop::Compile(graph, layout, optimizer);
       },
-      py::arg("graph"), py::arg("num_params"), py::arg("num_batch"),
-      py::arg("num_extra"), py::arg("steps"), py::arg("return_losses"),
-      py::arg("kind"), py::arg("lr"), py::arg("lr_is_input"), py::arg("lr_per_param"),
-      py::arg("weight_decay"), py::arg("maximize"), py::arg("b1"), py::arg("b2"),
-      py::arg("eps"), py::arg("eps_root"));
+      py::arg("graph"), py::arg("layout"), py::arg("optimizer"));
 }
 
 }  // namespace metafuse::compiler

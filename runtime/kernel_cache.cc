@@ -1,5 +1,7 @@
 #include "runtime/kernel_cache.h"
 
+#include "runtime/options.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -119,6 +121,8 @@ std::string KernelKey::Serialize() const {
 }
 
 std::string DefaultKernelCacheDirectory() {
+  const std::string configured = OptionsFromEnvironment().kernel_cache_dir;
+  if (!configured.empty()) return configured;
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   if (xdg != nullptr && xdg[0] == '/') return absl::StrCat(xdg, "/metafuse/kernels");
   const char* home = std::getenv("HOME");

@@ -1,32 +1,30 @@
 #include "runtime/program.h"
 
 #include <chrono>
-
-#include "runtime/profiler.h"
-
 #include <sstream>
-#include <unordered_map>
 
 #include <ATen/CPUFunctions.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/csrc/autograd/grad_mode.h>
-#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/mobile/type_parser.h>
+
+#include "runtime/fused_kernel_launch.h"
+#include "runtime/gemm.h"
+#include "runtime/operator_lookup.h"
+#include "runtime/profiler.h"
+#include "runtime/reduction.h"
 
 namespace metafuse::runtime {
-
-using torch::jit::Node;
-using torch::jit::Value;
-
 namespace {
 
 // Interpreter built-ins without a registered operator (lists and tuples
 // built at run time, e.g. sizes computed by derivative rules).
-torch::jit::Operation OperationOf(Node* node) {
-  const size_t num_inputs = node->inputs().size();
-  const size_t num_outputs = node->outputs().size();
-  switch (node->kind()) {
-    case torch::jit::prim::ListConstruct: {
-      c10::TypePtr element = node->output()->type()->expectRef<c10::ListType>().getElementType();
+torch::jit::Operation BuiltinOperation(const InstructionCode& ins) {
+  const size_t num_inputs = ins.inputs.size();
+  const size_t num_outputs = ins.outputs.size();
+  switch (ins.kind) {
+    case InstructionKind::kListConstruct: {
+      c10::TypePtr element = c10::parseType(ins.schema);
       return [element, num_inputs](torch::jit::Stack& stack) {
         c10::impl::GenericList list(element);
         list.reserve(num_inputs);
@@ -37,90 +35,94 @@ torch::jit::Operation OperationOf(Node* node) {
         stack.emplace_back(std::move(list));
       };
     }
-    case torch::jit::prim::ListUnpack:
+    case InstructionKind::kListUnpack:
       return [num_outputs](torch::jit::Stack& stack) {
         c10::impl::GenericList list = stack.back().toList();
         stack.pop_back();
-        TORCH_CHECK(list.size() == num_outputs, "metafuse runtime: prim::ListUnpack of a ",
+        TORCH_CHECK(list.size() == num_outputs, "metafuse runtime: unpacking a ",
                     list.size(), "-element list into ", num_outputs, " values");
         for (size_t i = 0; i < num_outputs; ++i) stack.push_back(list.get(i));
       };
-    case torch::jit::prim::TupleConstruct:
+    case InstructionKind::kTupleConstruct:
       return [num_inputs](torch::jit::Stack& stack) {
         std::vector<c10::IValue> items(stack.end() - num_inputs, stack.end());
         stack.resize(stack.size() - num_inputs);
         stack.emplace_back(c10::ivalue::Tuple::create(std::move(items)));
       };
     default:
-      break;
+      return nullptr;
   }
-  // Matrix products dominate small meta-learning programs: call the CPU
-  // kernel directly instead of through the boxed dispatcher.
-  if (node->kind() == torch::jit::aten::mm) {
-    return [](torch::jit::Stack& stack) {
-      at::Tensor b = std::move(stack.back()).toTensor();
-      stack.pop_back();
-      at::Tensor a = std::move(stack.back()).toTensor();
-      stack.back() = a.is_cpu() && b.is_cpu() ? at::cpu::mm(a, b) : a.mm(b);
-    };
+}
+
+torch::jit::Operation OperationFor(const ProgramCode& code, const InstructionCode& ins) {
+  switch (ins.kind) {
+    case InstructionKind::kOperator: {
+      // Matrix products dominate small meta-learning programs: call the CPU
+      // kernel directly instead of through the boxed dispatcher.
+      if (ins.schema.rfind("aten::mm(", 0) == 0) {
+        return [](torch::jit::Stack& stack) {
+          at::Tensor b = std::move(stack.back()).toTensor();
+          stack.pop_back();
+          at::Tensor a = std::move(stack.back()).toTensor();
+          stack.back() = a.is_cpu() && b.is_cpu() ? at::cpu::mm(a, b) : a.mm(b);
+        };
+      }
+      return LookUpOperation(ins.schema);
+    }
+    case InstructionKind::kFusedKernel: {
+      const LaunchPlan& plan = code.launches.at(ins.plan);
+      return MakeFusedKernelLaunch(code.kernels.at(plan.kernel), plan);
+    }
+    case InstructionKind::kGemm:
+      return MakeGemmOperation(code.gemms.at(ins.plan));
+    case InstructionKind::kReduction:
+      return MakeReductionOperation(code.reductions.at(ins.plan), ins.inputs.size());
+    default:
+      return BuiltinOperation(ins);
   }
-  return node->getOperation();
 }
 
 }  // namespace
 
-Program::Program(const std::shared_ptr<torch::jit::Graph>& graph, std::string label,
-                 const OperationFactory& factory)
-    : graph_(graph), label_(std::move(label)) {
-  std::unordered_map<const Value*, int> reg;
-  auto allocate = [&](const Value* v) {
-    reg[v] = num_registers_;
-    return num_registers_++;
-  };
-  for (const Value* in : graph->inputs()) input_registers_.push_back(allocate(in));
-  std::unordered_map<int, c10::IValue> constant_values;
-  for (Node* node : graph->nodes()) {
-    if (node->kind() == torch::jit::prim::Constant) {
-      auto value = torch::jit::toIValue(node->output());
-      TORCH_CHECK(value.has_value(), "metafuse runtime: unreadable constant");
-      constant_values[allocate(node->output())] = *value;
-      continue;
+Program::Program(ProgramCode code) : code_(std::move(code)) {
+  steps_.resize(code_.instructions.size());
+  for (size_t i = 0; i < code_.instructions.size(); ++i) {
+    const InstructionCode& ins = code_.instructions[i];
+    try {
+      steps_[i].op = OperationFor(code_, ins);
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "metafuse runtime: program '", code_.label, "' instruction ", i, " (",
+                  ins.name, "): ", e.what_without_backtrace());
     }
-    Instruction ins;
-    ins.node = node;
-    if (factory) ins.op = factory(node);
-    if (!ins.op) ins.op = OperationOf(node);
-    // A factory may name what it made (e.g. the fused kernel it launches).
-    ins.name = node->hasAttribute(torch::jit::attr::name) ? node->s(torch::jit::attr::name)
-                                                          : node->kind().toQualString();
-    for (const Value* in : node->inputs()) ins.inputs.push_back(reg.at(in));
-    for (const Value* out : node->outputs()) ins.outputs.push_back(allocate(out));
-    code_.push_back(std::move(ins));
+    TORCH_CHECK(steps_[i].op, "metafuse runtime: program '", code_.label, "' instruction ", i,
+                " (", ins.name, ") has no operation");
   }
-  for (const Value* out : graph->outputs()) output_registers_.push_back(reg.at(out));
-  constants_.resize(num_registers_);
-  for (auto& [r, v] : constant_values) constants_[r] = v;
+  initial_.resize(code_.num_registers);
+  std::vector<bool> keep(code_.num_registers, false);
+  for (const auto& [reg, value] : code_.constants) {
+    initial_[reg] = value;
+    keep[reg] = true;
+  }
+  for (int64_t r : code_.output_registers) keep[r] = true;
 
   // Liveness: release each non-constant, non-output register after the
   // instruction that reads it last, so intermediates are freed early.
-  std::vector<int> last_use(num_registers_, -1);
-  for (size_t i = 0; i < code_.size(); ++i) {
-    for (int r : code_[i].inputs) last_use[r] = static_cast<int>(i);
+  std::vector<int64_t> last_use(code_.num_registers, -1);
+  for (size_t i = 0; i < code_.instructions.size(); ++i) {
+    for (int64_t r : code_.instructions[i].inputs) last_use[r] = static_cast<int64_t>(i);
   }
-  std::vector<bool> keep(num_registers_, false);
-  for (int r : output_registers_) keep[r] = true;
-  for (auto& [r, v] : constant_values) keep[r] = true;
-  for (int r = 0; r < num_registers_; ++r) {
-    if (!keep[r] && last_use[r] >= 0) code_[last_use[r]].release.push_back(r);
+  for (int64_t r = 0; r < code_.num_registers; ++r) {
+    if (!keep[r] && last_use[r] >= 0) steps_[last_use[r]].release.push_back(r);
   }
   // A released register is moved into its last read (the last position if
   // the instruction reads it twice).
-  for (Instruction& ins : code_) {
-    ins.move.assign(ins.inputs.size(), false);
-    for (int r : ins.release) {
-      for (size_t k = ins.inputs.size(); k-- > 0;) {
-        if (ins.inputs[k] == r) {
-          ins.move[k] = true;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const auto& inputs = code_.instructions[i].inputs;
+    steps_[i].move.assign(inputs.size(), false);
+    for (int64_t r : steps_[i].release) {
+      for (size_t k = inputs.size(); k-- > 0;) {
+        if (inputs[k] == r) {
+          steps_[i].move[k] = true;
           break;
         }
       }
@@ -130,23 +132,25 @@ Program::Program(const std::shared_ptr<torch::jit::Graph>& graph, std::string la
 
 std::vector<c10::IValue> Program::Run(std::vector<c10::IValue> inputs,
                                       const Observer& observer) const {
-  TORCH_CHECK(inputs.size() == input_registers_.size(), "compiled program takes ",
-              input_registers_.size(), " inputs, got ", inputs.size());
+  TORCH_CHECK(inputs.size() == code_.input_registers.size(), "compiled program '",
+              code_.label, "' takes ", code_.input_registers.size(), " inputs, got ",
+              inputs.size());
   // The program is differentiated symbolically; the autograd engine has no
   // business inside it.
   torch::autograd::AutoGradMode no_grad(false);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  std::vector<c10::IValue> registers = constants_;
+  std::vector<c10::IValue> registers = initial_;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    registers[input_registers_[i]] = std::move(inputs[i]);
+    registers[code_.input_registers[i]] = std::move(inputs[i]);
   }
   torch::jit::Stack stack;
   ProfileSession* profile = ProfileSession::Active();
-  for (size_t index = 0; index < code_.size(); ++index) {
-    const Instruction& ins = code_[index];
+  for (size_t index = 0; index < steps_.size(); ++index) {
+    const Step& step = steps_[index];
+    const InstructionCode& ins = code_.instructions[index];
     stack.clear();
     for (size_t k = 0; k < ins.inputs.size(); ++k) {
-      if (ins.move[k]) {
+      if (step.move[k]) {
         stack.push_back(std::move(registers[ins.inputs[k]]));
       } else {
         stack.push_back(registers[ins.inputs[k]]);
@@ -154,36 +158,35 @@ std::vector<c10::IValue> Program::Run(std::vector<c10::IValue> inputs,
     }
     if (profile != nullptr) {
       const auto start = std::chrono::steady_clock::now();
-      ins.op(stack);
-      profile->Record(label_, ins.name, static_cast<int64_t>(index), start,
+      step.op(stack);
+      profile->Record(code_.label, ins.name, static_cast<int64_t>(index), start,
                       std::chrono::steady_clock::now());
     } else {
-      ins.op(stack);
+      step.op(stack);
     }
     TORCH_CHECK(stack.size() == ins.outputs.size(), "metafuse runtime: ", ins.name,
                 " returned ", stack.size(), " values, expected ", ins.outputs.size());
-    if (observer) observer(ins.node, stack.data(), stack.size());
+    if (observer) observer(index, stack.data(), stack.size());
     for (size_t k = 0; k < ins.outputs.size(); ++k) {
       registers[ins.outputs[k]] = std::move(stack[k]);
     }
-    for (int r : ins.release) registers[r] = c10::IValue();
+    for (int64_t r : step.release) registers[r] = c10::IValue();
   }
   std::vector<c10::IValue> outputs;
-  outputs.reserve(output_registers_.size());
-  for (int r : output_registers_) outputs.push_back(registers[r]);
+  outputs.reserve(code_.output_registers.size());
+  for (int64_t r : code_.output_registers) outputs.push_back(registers[r]);
   return outputs;
 }
 
 std::string Program::Listing() const {
   std::ostringstream os;
-  for (size_t i = 0; i < code_.size(); ++i) {
-    os << i << ": " << code_[i].name << "(";
-    for (size_t k = 0; k < code_[i].inputs.size(); ++k) {
-      os << (k ? ", " : "") << "%" << code_[i].inputs[k];
-    }
+  for (size_t i = 0; i < code_.instructions.size(); ++i) {
+    const InstructionCode& ins = code_.instructions[i];
+    os << i << ": " << ins.name << "(";
+    for (size_t k = 0; k < ins.inputs.size(); ++k) os << (k ? ", " : "") << "%" << ins.inputs[k];
     os << ") -> ";
-    for (size_t k = 0; k < code_[i].outputs.size(); ++k) {
-      os << (k ? ", " : "") << "%" << code_[i].outputs[k];
+    for (size_t k = 0; k < ins.outputs.size(); ++k) {
+      os << (k ? ", " : "") << "%" << ins.outputs[k];
     }
     os << "\n";
   }

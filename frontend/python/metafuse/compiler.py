@@ -305,12 +305,10 @@ class CompiledInnerLoop:
         if len(outputs) != 1 or not outputs[0].type().isSubtypeOf(torch._C.TensorType.get()):
             raise ValueError("compile_inner_loop: `loss_fn` must return one scalar tensor")
         try:
-            return _core.compile(graph, n_params, n_batch, len(extras), self.steps,
-                                 self.return_losses, spec["kind"], spec["lr"],
-                                 spec["lr_is_input"], spec["lr_per_param"],
-                                 spec["weight_decay"],
-                                 spec["maximize"], spec["b1"], spec["b2"],
-                                 spec["eps"], spec["eps_root"])
+            layout = _core.InnerLoopLayout(num_params=n_params, num_batch=n_batch,
+                                           num_extra=len(extras), steps=self.steps,
+                                           return_losses=self.return_losses)
+            return _core.compile(graph, layout, _core.OptimizerSpec(**spec))
         except _core.UnsupportedOp as exc:
             return self._fallback(f"op {exc} is outside the compiler's primitive set")
 

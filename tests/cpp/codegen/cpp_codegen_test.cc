@@ -1,4 +1,4 @@
-#include "runtime/cpp_codegen.h"
+#include "compiler/codegen/cpp_printer.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -8,10 +8,15 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/llvm_codegen.h"
+#include "compiler/codegen/llvm_printer.h"
+#include "tests/cpp/codegen/host_kernel.h"
 #include "tests/cpp/codegen/test_kernels.h"
 
-namespace metafuse::runtime {
+namespace metafuse::codegen {
+using runtime::JitKernel;
+using runtime::KernelCache;
+using runtime::LlvmJit;
+using runtime::LlvmHostTarget;
 namespace {
 
 using kir::DType;
@@ -98,7 +103,7 @@ TEST(CppCodegen, SystemCompilerMatchesInterpreterAndJit) {
   for (const kir::Kernel& k : kernels) {
     auto fn = reinterpret_cast<Fn>(dlsym(lib, LlvmKernelSymbol(k).c_str()));
     ASSERT_NE(fn, nullptr) << LlvmKernelSymbol(k);
-    auto jit = CompiledKernel::Create(k);
+    auto jit = testing::CompileHostKernel(k);
     ASSERT_TRUE(jit.ok()) << jit.status();
     for (int64_t n : {1, 7, 1031, 100003}) {
       Buffers want(k, n, 7), cpp(k, n, 7), llvm(k, n, 7);
@@ -121,4 +126,4 @@ TEST(CppCodegen, SystemCompilerMatchesInterpreterAndJit) {
 }
 
 }  // namespace
-}  // namespace metafuse::runtime
+}  // namespace metafuse::codegen

@@ -1,15 +1,15 @@
-#include "runtime/kernel_ir.h"
+#include "compiler/codegen/kernel_ir.h"
 
 #include <gtest/gtest.h>
 
-#include "runtime/kernel_math.h"
+#include "compiler/codegen/kernel_math.h"
 #include "tests/cpp/codegen/test_kernels.h"
 
-namespace metafuse::runtime::kir {
+namespace metafuse::codegen::kir {
 namespace {
 
-using ::metafuse::runtime::testing::AdamKernel;
-using ::metafuse::runtime::testing::AllOpsKernel;
+using ::metafuse::codegen::testing::AdamKernel;
+using ::metafuse::codegen::testing::AllOpsKernel;
 
 std::string ErrorOf(const absl::StatusOr<Kernel>& k) {
   EXPECT_FALSE(k.ok());
@@ -229,4 +229,4 @@ TEST(KernelMath, ExpIsWithinTwoUlpOfLibm) {
 }
 
 }  // namespace
-}  // namespace metafuse::runtime::kir
+}  // namespace metafuse::codegen::kir

@@ -1,4 +1,4 @@
-#include "runtime/llvm_codegen.h"
+#include "compiler/codegen/llvm_printer.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -6,9 +6,14 @@
 #include <filesystem>
 #include <regex>
 
+#include "tests/cpp/codegen/host_kernel.h"
 #include "tests/cpp/codegen/test_kernels.h"
 
-namespace metafuse::runtime {
+namespace metafuse::codegen {
+using runtime::JitKernel;
+using runtime::KernelCache;
+using runtime::LlvmJit;
+using runtime::LlvmHostTarget;
 namespace {
 
 using kir::DType;
@@ -26,7 +31,7 @@ TEST(LlvmCodegen, JitMatchesInterpreter) {
   for (kir::Kernel k : {AllOpsKernel(DType::kF32), AllOpsKernel(DType::kF64),
                         testing::PassThroughKernel(DType::kF32),
                         testing::PassThroughKernel(DType::kF64)}) {
-    auto ck = CompiledKernel::Create(k);
+    auto ck = testing::CompileHostKernel(k);
     ASSERT_TRUE(ck.ok()) << ck.status();
     int64_t worst = 0;
     for (int64_t n : {1, 7, 1031, 100003}) {
@@ -50,7 +55,7 @@ TEST(LlvmCodegen, JitMatchesInterpreter) {
 // LLVM vector types (<4 x float> with SSE, <8 x float> with AVX2, ...).
 TEST(LlvmCodegen, AdamLoopIsVectorized) {
   for (DType t : {DType::kF32, DType::kF64}) {
-    auto ck = CompiledKernel::Create(AdamKernel(t));
+    auto ck = testing::CompileHostKernel(AdamKernel(t));
     ASSERT_TRUE(ck.ok()) << ck.status();
     const std::string& ir = (*ck)->optimized_ir();
     const std::string elem = t == DType::kF32 ? "float" : "double";
@@ -88,7 +93,7 @@ TEST(LlvmCodegen, JitObjectFilesRoundTrip) {
   ASSERT_TRUE(fn.ok()) << fn.status();
   Buffers want(k, 33, 5), got(k, 33, 5);
   ASSERT_TRUE(kir::Interpret(k, 33, want.in_ptrs, want.out_ptrs, want.scalars).ok());
-  reinterpret_cast<CompiledKernel::Fn>(*fn)(0, 33, const_cast<void* const*>(got.in_ptrs.data()),
+  reinterpret_cast<JitKernel::Fn>(*fn)(0, 33, const_cast<void* const*>(got.in_ptrs.data()),
                                             got.out_ptrs.data(), got.scalars.data());
   for (size_t o = 0; o < 3; ++o) EXPECT_EQ(MaxUlp(k, o, want, got, 33), 0);
   EXPECT_FALSE((*second)->AddObjectFile("junk", "not an object").ok());
@@ -101,7 +106,7 @@ TEST(LlvmCodegen, UlpDistance) {
   EXPECT_EQ(testing::UlpDistance(1.0, std::nextafter(1.0, 0.0), DType::kF64), 1);
 }
 
-// exp and sigmoid are arithmetic (runtime/kernel_math.h), not libm calls, so
+// exp and sigmoid are arithmetic (compiler/codegen/kernel_math.h), not libm calls, so
 // their loops vectorize too. (Loops with log, tanh or pow stay scalar.)
 TEST(LlvmCodegen, ExpAndSigmoidLoopsAreVectorized) {
   for (DType t : {DType::kF32, DType::kF64}) {
@@ -111,7 +116,7 @@ TEST(LlvmCodegen, ExpAndSigmoidLoopsAreVectorized) {
     b.Output("s", b.Sigmoid(x));
     auto k = b.Build();
     ASSERT_TRUE(k.ok());
-    auto ck = CompiledKernel::Create(*k);
+    auto ck = testing::CompileHostKernel(*k);
     ASSERT_TRUE(ck.ok()) << ck.status();
     const std::string elem = t == DType::kF32 ? "float" : "double";
     EXPECT_TRUE(std::regex_search((*ck)->optimized_ir(),
@@ -127,14 +132,14 @@ TEST(LlvmCodegen, KernelsShareOneJit) {
   auto created = LlvmJit::Create();
   ASSERT_TRUE(created.ok()) << created.status();
   std::shared_ptr<LlvmJit> jit(*std::move(created));
-  std::vector<std::unique_ptr<CompiledKernel>> kernels;
+  std::vector<std::unique_ptr<JitKernel>> kernels;
   for (const char* name : {"twice", "square"}) {
     kir::KernelBuilder b(name);
     int x = b.Input("x", DType::kF64);
     b.Output("y", std::string(name) == "twice" ? b.Add(x, x) : b.Mul(x, x));
     auto k = b.Build();
     ASSERT_TRUE(k.ok());
-    auto ck = CompiledKernel::Create(*k, nullptr, jit);
+    auto ck = testing::CompileHostKernel(*k, nullptr, jit);
     ASSERT_TRUE(ck.ok()) << ck.status();
     kernels.push_back(*std::move(ck));
   }
@@ -148,7 +153,7 @@ TEST(LlvmCodegen, KernelsShareOneJit) {
   }
   kir::KernelBuilder b("none");
   b.Output("y", b.Input("x", DType::kF64));
-  auto none = CompiledKernel::Create(*b.Build(), nullptr, nullptr);
+  auto none = testing::CompileHostKernel(*b.Build(), nullptr, nullptr, false);
   ASSERT_FALSE(none.ok());
   EXPECT_NE(std::string(none.status().message()).find("`jit` is null"), std::string::npos);
 }
@@ -169,7 +174,7 @@ TEST(LlvmCodegen, PrintedIrShape) {
 
 TEST(LlvmCodegen, RunInPlaceAndChecks) {
   kir::Kernel k = AdamKernel();
-  auto ck = CompiledKernel::Create(k);
+  auto ck = testing::CompileHostKernel(k);
   ASSERT_TRUE(ck.ok());
   const int64_t n = 100;
   Buffers want(k, n, 1), got(k, n, 1);
@@ -208,24 +213,24 @@ TEST(LlvmCodegen, SecondCompileIsACacheHit) {
   {
     auto cache = KernelCache::Open(dir);
     ASSERT_TRUE(cache.ok()) << cache.status();
-    auto first = CompiledKernel::Create(AdamKernel(), cache->get());
+    auto first = testing::CompileHostKernel(AdamKernel(), cache->get());
     ASSERT_TRUE(first.ok()) << first.status();
     EXPECT_FALSE((*first)->cache_hit());
-    auto second = CompiledKernel::Create(AdamKernel(), cache->get());
+    auto second = testing::CompileHostKernel(AdamKernel(), cache->get());
     ASSERT_TRUE(second.ok());
     EXPECT_TRUE((*second)->cache_hit());
     EXPECT_TRUE((*second)->optimized_ir().empty());  // nothing was optimized
-    EXPECT_EQ((*second)->llvm_ir(), (*first)->llvm_ir());
+    EXPECT_EQ((*second)->code().llvm_ir, (*first)->code().llvm_ir);
     EXPECT_EQ((*cache)->stats().misses, 1);
     EXPECT_EQ((*cache)->stats().memory_hits, 1);
     // A different kernel is a miss.
-    auto other = CompiledKernel::Create(AdamKernel(DType::kF64), cache->get());
+    auto other = testing::CompileHostKernel(AdamKernel(DType::kF64), cache->get());
     ASSERT_TRUE(other.ok());
     EXPECT_FALSE((*other)->cache_hit());
   }
   auto fresh = KernelCache::Open(dir);
   ASSERT_TRUE(fresh.ok());
-  auto third = CompiledKernel::Create(AdamKernel(), fresh->get());
+  auto third = testing::CompileHostKernel(AdamKernel(), fresh->get());
   ASSERT_TRUE(third.ok());
   EXPECT_TRUE((*third)->cache_hit());
   EXPECT_EQ((*fresh)->stats().disk_hits, 1);
@@ -238,4 +243,4 @@ TEST(LlvmCodegen, SecondCompileIsACacheHit) {
 }
 
 }  // namespace
-}  // namespace metafuse::runtime
+}  // namespace metafuse::codegen

@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/kernel_ir.h"
+#include "compiler/codegen/kernel_ir.h"
 
 // `haystack` (a string or string_view) contains `needle`.
 #define EXPECT_HAS(haystack, needle) \
   EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
 
-namespace metafuse::runtime::testing {
+namespace metafuse::codegen::testing {
 
 using kir::Access;
 using kir::Cmp;
@@ -85,7 +85,7 @@ inline kir::Kernel PassThroughKernel(DType t) {
 
 // Outputs computed with libm calls (log, tanh, pow): compared with a
 // tolerance of 2 ulp; every other output (exp and sigmoid included: they use
-// runtime/kernel_math.h everywhere) must match exactly.
+// compiler/codegen/kernel_math.h everywhere) must match exactly.
 inline bool IsTranscendental(const std::string& output) {
   for (const char* name : {"log", "tanh", "pow_call"}) {
     if (output == name) return true;
@@ -195,4 +195,4 @@ inline int64_t MaxUlp(const kir::Kernel& k, size_t o, const Buffers& a, const Bu
   return worst;
 }
 
-}  // namespace metafuse::runtime::testing
+}  // namespace metafuse::codegen::testing

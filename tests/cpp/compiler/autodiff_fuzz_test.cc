@@ -8,7 +8,7 @@
 //   (c) second order: AppendVjp applied to the graph that already holds the
 //       first one, differentiating <grad, u>, against autograd's double
 //       backward,
-//   (d) all of it again through SpecializingProgram: shape specialization,
+//   (d) all of it again through SpecializedRunner: shape specialization,
 //       vertical and horizontal fusion, buffer planning and LLVM-compiled
 //       kernels, against the unfused program (first and cached runs).
 // The eager reference evaluates each node's own operator (the dispatcher,
@@ -26,9 +26,10 @@
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/torch.h>
 
+#include "compiler/lower_to_program.h"
 #include "compiler/autodiff.h"
 #include "compiler/decompose.h"
-#include "compiler/specializing_program.h"
+#include "tests/cpp/compiler/specialized_runner.h"
 #include "runtime/program.h"
 
 namespace metafuse::compiler {
@@ -754,7 +755,7 @@ bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make,
   for (const auto& u : u_tensors) inputs.push_back(u);
   std::vector<c10::IValue> results;
   try {
-    runtime::Program program(graph);
+    runtime::Program program = MakeProgram(*graph);
     results = program.Run(inputs);
   } catch (const c10::Error& e) {
     ADD_FAILURE() << context << "runtime error: " << e.what_without_backtrace()
@@ -799,7 +800,7 @@ bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make,
   // (d) The fused program computes what the unfused one does.
   try {
     StageLog log;
-    SpecializingProgram fused(graph->copy(), "fuzz", &log);
+    SpecializedRunner fused(graph->copy(), "fuzz", &log);
     fused.set_fusion(true);
     for (const char* run : {"first fused run", "cached fused run"}) {
       std::vector<c10::IValue> got = fused.Run(inputs);
@@ -883,7 +884,7 @@ TEST(AutodiffRules, ScatterAddWithLargerSource) {
   for (Value* g : grads) graph->registerOutput(g);
   at::Tensor v_t = torch::randn({4, 3}, torch::kDouble);
   auto results =
-      runtime::Program(graph).Run({self_t.detach(), src_t.detach(), v_t});
+      MakeProgram(*graph).Run({self_t.detach(), src_t.detach(), v_t});
   at::Tensor block = src_t.narrow(0, 0, 2).narrow(1, 0, 3);
   at::Tensor expected = self_t.scatter_add(0, index, block);
   auto eager = torch::autograd::grad({expected}, {self_t, src_t}, {v_t});

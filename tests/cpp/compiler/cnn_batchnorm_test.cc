@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/torch.h>
 
+#include "compiler/lower_to_program.h"
 #include "compiler/autodiff.h"
 #include "compiler/compiled_inner_loop.h"
 #include "compiler/decompose.h"
@@ -415,7 +416,7 @@ graph(%x : Double(2, 3, 7, 6), %w : Double(4, 3, 3, 3), %b : Double(4), %y : Dou
   y[0][0] = 0.0;
   y[1][1] = 30.0;  // above the softplus threshold
   y[2][2] = -800.0;
-  runtime::Program program(graph);
+  runtime::Program program = MakeProgram(*graph);
   auto out = program.Run({x, w, b, y});
   auto c = torch::conv2d(x, w, b, {2, 1}, 1);
   auto expected = torch::max_pool2d(c, {2, 2}).flatten(1);
@@ -452,7 +453,7 @@ graph(%x : Double(6, 3), %w : Double(3), %b : Double(3), %rm : Double(3), %rv : 
        b = torch::randn({3}, torch::kFloat64);
   auto rm = torch::zeros({3}, torch::kFloat64),
        rv = torch::ones({3}, torch::kFloat64);
-  auto out = runtime::Program(graph).Run({x, w, b, rm, rv, torch::tensor(0)});
+  auto out = MakeProgram(*graph).Run({x, w, b, rm, rv, torch::tensor(0)});
   auto expected = torch::batch_norm(x, w, b, {}, {}, true, 0.1, 1e-5, false);
   EXPECT_TRUE(Close(out[0].toTensor(), expected, 1e-12, 1e-12));
 

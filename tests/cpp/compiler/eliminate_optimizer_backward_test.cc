@@ -12,6 +12,7 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/torch.h>
 
+#include "compiler/lower_to_program.h"
 #include "compiler/autodiff.h"
 #include "compiler/eliminate_optimizer_backward.h"
 #include "runtime/program.h"
@@ -272,7 +273,7 @@ std::vector<at::Tensor> RunWithDerivatives(std::shared_ptr<Graph> graph,
   for (Value* g : first) graph->registerOutput(g);
   for (Value* g : second) graph->registerOutput(g);
   std::vector<at::Tensor> result;
-  for (const auto& v : runtime::Program(graph).Run(values)) result.push_back(v.toTensor());
+  for (const auto& v : MakeProgram(*graph).Run(values)) result.push_back(v.toTensor());
   return result;
 }
 

@@ -1,9 +1,9 @@
 // Unit tests of the shape-specialization and fusion passes, IR before and
 // after: SpecializeShapes, FuseElementwise, FuseHorizontally /
 // ReorderTopologically, PlanBuffers, ClassifyBroadcast / IsFusibleNode /
-// LowerFusionGroup, and SpecializingProgram end to end. Graphs are parsed
+// LowerFusionGroup, and SpecializedRunner end to end. Graphs are parsed
 // from IR text with untyped tensors and given complete types by
-// SpecializeShapes on float64 inputs, as SpecializingProgram does; where a
+// SpecializeShapes on float64 inputs, as SpecializedRunner does; where a
 // pass rewrites a graph, the rewritten graph is also run (fused groups as
 // LLVM-compiled kernels) against the graph before the pass.
 #include <memory>
@@ -17,13 +17,13 @@
 
 #include "compiler/fuse_elementwise.h"
 #include "compiler/fuse_horizontal.h"
-#include "compiler/fused_kernel_op.h"
+#include "runtime/fused_kernel_launch.h"
 #include "compiler/fusion_group.h"
 #include "compiler/lower_fusion_group.h"
 #include "compiler/plan_buffers.h"
 #include "compiler/specialize_shapes.h"
-#include "compiler/specializing_program.h"
-#include "runtime/kernel_ir.h"
+#include "tests/cpp/compiler/specialized_runner.h"
+#include "compiler/codegen/kernel_ir.h"
 #include "runtime/program.h"
 
 namespace metafuse::compiler {
@@ -33,7 +33,7 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
 using torch::jit::testing::FileCheck;
-namespace kir = runtime::kir;
+namespace kir = codegen::kir;
 
 std::shared_ptr<Graph> Parse(const std::string& ir) {
   auto graph = std::make_shared<Graph>();
@@ -74,18 +74,13 @@ std::vector<at::Tensor> Tensors(const std::vector<c10::IValue>& values) {
 
 std::vector<at::Tensor> RunPlain(const std::shared_ptr<Graph>& graph,
                                  const std::vector<c10::IValue>& inputs) {
-  runtime::Program program(graph, "plain");
-  return Tensors(program.Run(inputs));
+  return Tensors(MakeProgram(*graph, "plain").Run(inputs));
 }
 
 // Runs a graph whose FusionGroup nodes launch LLVM-compiled kernels.
 std::vector<at::Tensor> RunFused(const std::shared_ptr<Graph>& graph,
                                  const std::vector<c10::IValue>& inputs) {
-  runtime::Program program(graph, "fused", [](Node* node) -> torch::jit::Operation {
-    if (node->kind() == FusionGroupKind()) return MakeFusedKernelOperation(node);
-    return nullptr;
-  });
-  return Tensors(program.Run(inputs));
+  return Tensors(MakeProgram(*graph, "fused").Run(inputs));
 }
 
 void ExpectAllClose(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
@@ -994,7 +989,7 @@ graph(%x : Tensor):
 
 // ================================================================ end to end
 
-TEST(SpecializingProgram, FusedMatchesUnfusedFirstAndCachedRuns) {
+TEST(SpecializedRunner, FusedMatchesUnfusedFirstAndCachedRuns) {
   const char* ir = R"IR(
 graph(%x : Tensor, %w : Tensor, %b : Tensor, %y : Tensor, %col : Tensor):
   %one : int = prim::Constant[value=1]()
@@ -1023,9 +1018,9 @@ graph(%x : Tensor, %w : Tensor, %b : Tensor, %y : Tensor, %col : Tensor):
                                     Randn({rows, 3}), Randn({rows, 1})};
   };
   StageLog log;
-  SpecializingProgram fused(Parse(ir), "e2e", &log);
+  SpecializedRunner fused(Parse(ir), "e2e", &log);
   fused.set_fusion(true);
-  SpecializingProgram unfused(Parse(ir), "e2e_unfused", nullptr);
+  SpecializedRunner unfused(Parse(ir), "e2e_unfused", nullptr);
   unfused.set_fusion(false);
   EXPECT_EQ(fused.specialized(), nullptr);
 

@@ -8,10 +8,10 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/torch.h>
 
-#include "compiler/gemm_op.h"
+#include "runtime/gemm.h"
 #include "compiler/lower_matmul.h"
 #include "compiler/specialize_shapes.h"
-#include "compiler/specializing_program.h"
+#include "tests/cpp/compiler/specialized_runner.h"
 
 namespace metafuse::compiler {
 namespace {
@@ -97,8 +97,8 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor):
   EXPECT_EQ(LowerMatmulToGemm(graph), 3);
   EXPECT_EQ(Count(*graph, "aten::t"), 0u);
   EXPECT_EQ(Count(*graph, "metafuse::gemm"), 3u);
-  SpecializingProgram fused(expected->copy(), "gemm", nullptr);
-  SpecializingProgram generic(expected->copy(), "mm", nullptr);
+  SpecializedRunner fused(expected->copy(), "gemm", nullptr);
+  SpecializedRunner generic(expected->copy(), "mm", nullptr);
   generic.set_fusion(false);
   // A column-major input (a transposed view) is read in place, not copied.
   std::vector<c10::IValue> column_major = {inputs[0],
@@ -137,8 +137,8 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor):
   EXPECT_EQ(accumulating, 2u);
   EXPECT_EQ(Count(*lowered, "aten::add"), 1u);  // %r: no product in it
   const at::Tensor c_before = inputs[2].toTensor().clone();
-  SpecializingProgram fused(graph->copy(), "gemm", nullptr);
-  SpecializingProgram generic(graph->copy(), "mm", nullptr);
+  SpecializedRunner fused(graph->copy(), "gemm", nullptr);
+  SpecializedRunner generic(graph->copy(), "mm", nullptr);
   generic.set_fusion(false);
   for (int run = 0; run < 2; ++run) {
     auto got = fused.Run(inputs);
@@ -151,14 +151,14 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor):
 }
 
 TEST(GemmOperation, EveryTransposeCombinationMatchesMm) {
-  ASSERT_TRUE(DirectBlasAvailable()) << "LibTorch's BLAS was not found in the process";
+  ASSERT_TRUE(runtime::DirectBlasAvailable()) << "LibTorch's BLAS was not found in the process";
   for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
     auto opts = torch::TensorOptions().dtype(dtype);
     std::vector<c10::IValue> inputs = {torch::randn({5, 7}, opts), torch::randn({7, 5}, opts),
                                        torch::randn({5, 5}, opts)};
     auto graph = Parse(kProducts);
-    SpecializingProgram fused(graph->copy(), "gemm", nullptr);
-    SpecializingProgram generic(graph->copy(), "mm", nullptr);
+    SpecializedRunner fused(graph->copy(), "gemm", nullptr);
+    SpecializedRunner generic(graph->copy(), "mm", nullptr);
     generic.set_fusion(false);
     auto got = fused.Run(inputs);
     auto want = generic.Run(inputs);

@@ -8,7 +8,7 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/torch.h>
 
-#include "compiler/specializing_program.h"
+#include "tests/cpp/compiler/specialized_runner.h"
 
 namespace metafuse::compiler {
 namespace {
@@ -26,8 +26,8 @@ graph(%x : Tensor):
   %m : Tensor = aten::mean(%x, %none)
   return (%s, %total, %m)
 )IR", graph.get());
-      SpecializingProgram fast(graph->copy(), "reduce", nullptr);
-      SpecializingProgram aten(graph->copy(), "aten", nullptr);
+      SpecializedRunner fast(graph->copy(), "reduce", nullptr);
+      SpecializedRunner aten(graph->copy(), "aten", nullptr);
       aten.set_fusion(false);
       const double tol = dtype == torch::kFloat32 ? 1e-5 : 1e-12;
       at::Tensor x = torch::randn({5, 7}, torch::TensorOptions().dtype(dtype));

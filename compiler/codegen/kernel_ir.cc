@@ -1,4 +1,4 @@
-#include "runtime/kernel_ir.h"
+#include "compiler/codegen/kernel_ir.h"
 
 #include <algorithm>
 #include <cctype>
@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/kernel_math.h"
+#include "compiler/codegen/kernel_math.h"
 
-namespace metafuse::runtime::kir {
+namespace metafuse::codegen::kir {
 
 const char* DTypeName(DType t) { return t == DType::kF32 ? "f32" : "f64"; }
 
@@ -631,4 +631,4 @@ absl::Status Interpret(const Kernel& k, int64_t n, const std::vector<const void*
   return absl::OkStatus();
 }
 
-}  // namespace metafuse::runtime::kir
+}  // namespace metafuse::codegen::kir

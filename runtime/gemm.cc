@@ -1,13 +1,13 @@
-#include "compiler/gemm_op.h"
+#include "runtime/gemm.h"
 
 #include <dlfcn.h>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUFunctions.h>
 
-#include "compiler/plan_buffers.h"
+#include "runtime/buffer_ownership.h"
 
-namespace metafuse::compiler {
+namespace metafuse::runtime {
 namespace {
 
 template <typename T>
@@ -54,13 +54,11 @@ void RowMajorGemm(FortranGemm<T> gemm, bool ta, bool tb, int m, int n, int k, co
 
 bool DirectBlasAvailable() { return FindBlas().sgemm != nullptr; }
 
-torch::jit::Operation MakeGemmOperation(torch::jit::Node* gemm) {
-  const bool ta = gemm->i(c10::Symbol::attr("trans_a")) != 0;
-  const bool tb = gemm->i(c10::Symbol::attr("trans_b")) != 0;
-  gemm->s_(torch::jit::attr::name, std::string("gemm_") + (ta ? "t" : "n") + (tb ? "t" : "n"));
+torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
+  const bool ta = plan.trans_a, tb = plan.trans_b;
   // A third input is an accumulator: C = acc + op(A) op(B) (lower_matmul
   // folds add(acc, product) into the product).
-  const bool accumulate = gemm->inputs().size() == 3;
+  const bool accumulate = plan.accumulate;
   return [ta, tb, accumulate](torch::jit::Stack& stack) {
     at::Tensor acc;
     if (accumulate) {
@@ -123,4 +121,4 @@ torch::jit::Operation MakeGemmOperation(torch::jit::Node* gemm) {
   };
 }
 
-}  // namespace metafuse::compiler
+}  // namespace metafuse::runtime

@@ -1,7 +1,7 @@
 // A small loop-level kernel IR: one flat element loop `for i in [begin, end)`
 // over a scalar expression DAG. This is what a fused elementwise group
-// becomes before it is printed as LLVM IR (runtime/llvm_codegen.h) or C++
-// source (runtime/cpp_codegen.h).
+// becomes before it is printed as LLVM IR (compiler/codegen/llvm_printer.h) or C++
+// source (compiler/codegen/cpp_printer.h).
 //
 // A kernel has
 //   - buffer inputs, float32 or float64, each read with an access pattern:
@@ -16,7 +16,7 @@
 //
 // Semantics are those of a scalar C++ loop, op by op, with no fast-math: every
 // op rounds to its own dtype, nothing is contracted into an FMA. exp (and the
-// exp inside sigmoid) is mf_kernel_math::Exp (runtime/kernel_math.h); log,
+// exp inside sigmoid) is mf_kernel_math::Exp (compiler/codegen/kernel_math.h); log,
 // tanh and pow with a general exponent are libm's. The reference interpreter
 // (Interpret) defines them; both printers must agree with it.
 #pragma once
@@ -28,7 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace metafuse::runtime::kir {
+namespace metafuse::codegen::kir {
 
 enum class DType : uint8_t { kF32, kF64 };
 enum class Access : uint8_t { kElement, kBroadcast, kInner, kOuter };
@@ -168,4 +168,4 @@ absl::Status CheckLaunch(const Kernel& kernel, int64_t n, size_t num_inputs,
 // Elements an input buffer must hold for a loop over [0, n).
 int64_t RequiredInputElements(const InputSpec& input, int64_t n);
 
-}  // namespace metafuse::runtime::kir
+}  // namespace metafuse::codegen::kir

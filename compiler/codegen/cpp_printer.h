@@ -2,7 +2,7 @@
 // artifacts. The source defines, with C linkage,
 //   void mf_<name>(int64_t begin, int64_t end, void* const* inputs,
 //                  void* const* outputs, const double* scalars)
-// (the same entry point as runtime/llvm_codegen.h) whose element loop is a
+// (the same entry point as compiler/codegen/llvm_printer.h) whose element loop is a
 // `#pragma omp parallel for simd`. It needs only <cmath> and <cstdint>.
 //
 // Compile it with kCppCompileFlags (no fast-math, no FP contraction) to get
@@ -13,9 +13,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "runtime/kernel_ir.h"
+#include "compiler/codegen/kernel_ir.h"
 
-namespace metafuse::runtime {
+namespace metafuse::codegen {
 
 // Flags for g++/clang++ (after -shared -fPIC for a loadable artifact):
 // -fno-math-errno and -fno-trapping-math let the loops with sqrt, compares
@@ -34,4 +34,4 @@ absl::StatusOr<std::string> PrintCppKernel(const kir::Kernel& kernel);
 // CppPrelude() + PrintCppKernel(kernel).
 absl::StatusOr<std::string> PrintCppSource(const kir::Kernel& kernel);
 
-}  // namespace metafuse::runtime
+}  // namespace metafuse::codegen

@@ -1,6 +1,4 @@
-#include "runtime/llvm_codegen.h"
-
-#include <omp.h>
+#include "compiler/codegen/llvm_printer.h"
 
 #include <algorithm>
 #include <cctype>
@@ -13,12 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "llvm/ADT/StringMap.h"
-#include "llvm/Config/llvm-config.h"
-#include "llvm/Support/Host.h"
-#include "runtime/kernel_math.h"
+#include "compiler/codegen/kernel_math.h"
 
-namespace metafuse::runtime {
+namespace metafuse::codegen {
 namespace {
 
 using kir::Access;
@@ -173,7 +168,7 @@ class Printer {
     return dst;
   }
 
-  // mf_kernel_math::Exp (runtime/kernel_math.h), the same operations in the
+  // mf_kernel_math::Exp (compiler/codegen/kernel_math.h), the same operations in the
   // same order, so that the JIT agrees with the interpreter bit for bit.
   template <typename C>
   void ExpBody(int id, DType t, const std::string& x, const std::string& dst,
@@ -376,11 +371,6 @@ class Printer {
   int temp_ = 0;
 };
 
-struct Span {
-  uintptr_t begin, end;
-  bool Overlaps(const Span& o) const { return begin < o.end && o.begin < end; }
-};
-
 }  // namespace
 
 std::string LlvmKernelSymbol(const Kernel& kernel) { return "mf_" + kernel.name; }
@@ -390,165 +380,28 @@ absl::StatusOr<std::string> PrintLlvmIr(const Kernel& kernel) {
   return Printer(kernel).Module();
 }
 
-std::string LlvmHostTarget() {
-  std::string target = llvm::sys::getHostCPUName().str();
-  llvm::StringMap<bool> features;
-  if (llvm::sys::getHostCPUFeatures(features)) {
-    std::vector<std::string> on;
-    for (const auto& f : features) {
-      if (f.getValue()) on.push_back(f.getKey().str());
-    }
-    std::sort(on.begin(), on.end());
-    absl::StrAppend(&target, " ", absl::StrJoin(on, ","));
+absl::StatusOr<runtime::KernelCode> HostKernelCode(const Kernel& kernel) {
+  auto ir = PrintLlvmIr(kernel);
+  if (!ir.ok()) return ir.status();
+  auto dtype = [](DType t) {
+    return t == DType::kF32 ? c10::ScalarType::Float : c10::ScalarType::Double;
+  };
+  runtime::KernelCode code;
+  code.name = kernel.name;
+  code.kernel_ir = kir::Print(kernel);
+  code.llvm_ir = *std::move(ir);
+  for (const kir::InputSpec& in : kernel.inputs) {
+    code.input_dtypes.push_back(dtype(in.dtype));
+    code.input_access.push_back(static_cast<int64_t>(in.access));
+    code.input_inner.push_back(in.inner);
+    code.input_names.push_back(in.name);
   }
-  return target;
+  for (const kir::OutputSpec& out : kernel.outputs) {
+    code.output_dtypes.push_back(dtype(kernel.nodes[out.node].dtype));
+    code.output_names.push_back(out.name);
+  }
+  code.num_scalars = static_cast<int64_t>(kernel.scalars.size());
+  return code;
 }
 
-std::string LlvmCodegenVersions() {
-  return absl::StrCat("metafuse llvm_codegen 2 (ir + object file) / llvm ",
-                      LLVM_VERSION_STRING);
-}
-
-namespace {
-
-// A cache artifact: "<bytes of IR>\n" + LLVM IR text + object file.
-std::string FrameArtifact(const std::string& ir, const std::string& object) {
-  return absl::StrCat(ir.size(), "\n", ir, object);
-}
-
-bool UnframeArtifact(const std::string& artifact, std::string* ir, std::string* object) {
-  const size_t newline = artifact.find('\n');
-  if (newline == std::string::npos || newline == 0 || newline > 20) return false;
-  size_t ir_size = 0;
-  for (size_t i = 0; i < newline; ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(artifact[i]))) return false;
-    ir_size = ir_size * 10 + (artifact[i] - '0');
-  }
-  if (ir_size > artifact.size() - newline - 1) return false;
-  *ir = artifact.substr(newline + 1, ir_size);
-  *object = artifact.substr(newline + 1 + ir_size);
-  return !object->empty();
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<CompiledKernel>> CompiledKernel::Create(
-    const Kernel& kernel, KernelCache* cache) {
-  auto jit = LlvmJit::Create();
-  if (!jit.ok()) return jit.status();
-  return Create(kernel, cache, std::shared_ptr<LlvmJit>(*std::move(jit)));
-}
-
-absl::StatusOr<std::unique_ptr<CompiledKernel>> CompiledKernel::Create(
-    const Kernel& kernel, KernelCache* cache, std::shared_ptr<LlvmJit> jit) {
-  const auto start = std::chrono::steady_clock::now();
-  std::unique_ptr<CompiledKernel> ck(new CompiledKernel());
-  ck->kernel_ = kernel;
-  if (jit == nullptr) return absl::InvalidArgumentError("CompiledKernel::Create: `jit` is null");
-  ck->jit_ = std::move(jit);
-  const std::string symbol = LlvmKernelSymbol(kernel);
-
-  std::optional<KernelKey> key;
-  std::string object;
-  if (cache != nullptr) {
-    key = KernelKey{kir::Print(kernel), LlvmHostTarget(), LlvmCodegenVersions()};
-    if (std::optional<std::string> artifact = cache->Lookup(*key);
-        artifact && UnframeArtifact(*artifact, &ck->ir_, &object)) {
-      if (absl::Status s = ck->jit_->AddObjectFile(symbol, object); !s.ok()) return s;
-      ck->cache_hit_ = true;
-    }
-  }
-  if (!ck->cache_hit_) {
-    auto ir = PrintLlvmIr(kernel);
-    if (!ir.ok()) return ir.status();
-    ck->ir_ = *std::move(ir);
-    if (absl::Status s = ck->jit_->AddModule(symbol, ck->ir_, &ck->optimized_ir_); !s.ok()) {
-      return s;
-    }
-  }
-  auto fn = ck->jit_->Lookup(symbol);  // compiles the module on a miss
-  if (!fn.ok()) return fn.status();
-  ck->fn_ = reinterpret_cast<Fn>(*fn);
-  if (key && !ck->cache_hit_) {
-    auto emitted = ck->jit_->ObjectFile(symbol);
-    if (!emitted.ok()) return emitted.status();
-    if (absl::Status s = cache->Store(*key, FrameArtifact(ck->ir_, *emitted)); !s.ok()) {
-      return s;
-    }
-  }
-  ck->compile_seconds_ =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return ck;
-}
-
-void CompiledKernel::RunUnchecked(int64_t n, const void* const* inputs,
-                                  void* const* outputs, const double* scalars,
-                                  int64_t grain) const {
-  void* const* in = const_cast<void* const*>(inputs);
-  if (grain <= 0) grain = kDefaultGrain;
-  if (n <= grain || omp_get_max_threads() == 1) {
-    fn_(0, n, in, outputs, scalars);
-    return;
-  }
-  const int64_t chunks = (n + grain - 1) / grain;
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    fn_(c * grain, std::min(n, (c + 1) * grain), in, outputs, scalars);
-  }
-}
-
-absl::Status CompiledKernel::Run(int64_t n, const std::vector<const void*>& inputs,
-                                 const std::vector<void*>& outputs,
-                                 const std::vector<double>& scalars, int64_t grain) const {
-  const Kernel& k = kernel_;
-  if (absl::Status s =
-          kir::CheckLaunch(k, n, inputs.size(), outputs.size(), scalars.size());
-      !s.ok()) {
-    return s;
-  }
-  if (n == 0) return absl::OkStatus();
-  auto size_of = [](DType t) { return t == DType::kF32 ? 4u : 8u; };
-  std::vector<Span> in_spans, out_spans;
-  for (size_t j = 0; j < inputs.size(); ++j) {
-    if (inputs[j] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "kernel '", k.name, "': input '", k.inputs[j].name, "' is null; expected a buffer"));
-    }
-    const uintptr_t b = reinterpret_cast<uintptr_t>(inputs[j]);
-    in_spans.push_back(
-        {b, b + kir::RequiredInputElements(k.inputs[j], n) * size_of(k.inputs[j].dtype)});
-  }
-  for (size_t o = 0; o < outputs.size(); ++o) {
-    const std::string& oname = k.outputs[o].name;
-    if (outputs[o] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "kernel '", k.name, "': output '", oname, "' is null; expected a buffer"));
-    }
-    const DType t = k.nodes[k.outputs[o].node].dtype;
-    const uintptr_t b = reinterpret_cast<uintptr_t>(outputs[o]);
-    const Span s{b, b + n * size_of(t)};
-    for (size_t p = 0; p < out_spans.size(); ++p) {
-      if (s.Overlaps(out_spans[p])) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "kernel '", k.name, "': outputs '", k.outputs[p].name, "' and '", oname,
-            "' overlap; expected disjoint output buffers"));
-      }
-    }
-    for (size_t j = 0; j < in_spans.size(); ++j) {
-      if (!s.Overlaps(in_spans[j])) continue;
-      const kir::InputSpec& in = k.inputs[j];
-      if (in_spans[j].begin == s.begin && in.access == Access::kElement && in.dtype == t) {
-        continue;  // in place: element i is read before it is written
-      }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "kernel '", k.name, "': output '", oname, "' overlaps input '", in.name,
-          "'; expected disjoint buffers, or the same buffer for an elementwise input of "
-          "the same dtype (in place)"));
-    }
-    out_spans.push_back(s);
-  }
-  RunUnchecked(n, inputs.data(), outputs.data(), scalars.data(), grain);
-  return absl::OkStatus();
-}
-
-}  // namespace metafuse::runtime
+}  // namespace metafuse::codegen

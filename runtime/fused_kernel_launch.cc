@@ -1,0 +1,144 @@
+#include "runtime/fused_kernel_launch.h"
+
+#include <mutex>
+#include <unordered_map>
+
+#include <ATen/ATen.h>
+
+#include "absl/container/inlined_vector.h"
+#include "runtime/buffer_ownership.h"
+#include "runtime/jit_kernel.h"
+#include "runtime/kernel_cache.h"
+
+namespace metafuse::runtime {
+namespace {
+
+std::mutex registry_mutex;
+FusedKernelStats registry_stats;
+
+// The disk cache, if the per-user directory can be used; compiling without
+// it is correct, only slower to start.
+KernelCache* DiskCache() {
+  static KernelCache* cache = [] {
+    auto opened = KernelCache::Open();
+    if (!opened.ok()) {
+      TORCH_WARN("metafuse: kernel cache unavailable (", opened.status().ToString(),
+                 "); compiling kernels without it");
+      return static_cast<KernelCache*>(nullptr);
+    }
+    return opened->release();
+  }();
+  return cache;
+}
+
+// Kernels by LLVM IR: launches of the same kernel share one.
+std::shared_ptr<const JitKernel> GetKernel(const KernelCode& code) {
+  static auto* registry = new std::unordered_map<std::string, std::shared_ptr<const JitKernel>>();
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  if (auto it = registry->find(code.llvm_ir); it != registry->end()) {
+    ++registry_stats.kernels_from_memory;
+    return it->second;
+  }
+  // One JIT for every fused kernel of the process: its setup is paid once.
+  static std::shared_ptr<LlvmJit> jit;
+  if (jit == nullptr) {
+    auto created = LlvmJit::Create();
+    TORCH_CHECK(created.ok(), "metafuse: cannot create the LLVM JIT: ",
+                created.status().ToString());
+    jit = std::shared_ptr<LlvmJit>(*std::move(created));
+  }
+  auto compiled = JitKernel::Create(code, DiskCache(), jit);
+  TORCH_CHECK(compiled.ok(), "metafuse: compiling fused kernel ", code.name, " failed: ",
+              compiled.status().ToString());
+  ++((*compiled)->cache_hit() ? registry_stats.kernels_from_disk
+                              : registry_stats.kernels_compiled);
+  std::shared_ptr<const JitKernel> shared(std::move(*compiled));
+  registry->emplace(code.llvm_ir, shared);
+  return shared;
+}
+
+struct Launch {
+  std::shared_ptr<const JitKernel> kernel;
+  LaunchPlan plan;
+  size_t inputs_per_segment = 0, outputs_per_segment = 0;
+  size_t num_kernel_inputs = 0, num_scalars = 0;
+};
+
+}  // namespace
+
+FusedKernelStats GetFusedKernelStats() {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  return registry_stats;
+}
+
+void LoadKernels(const ProgramCode& code) {
+  for (const KernelCode& kernel : code.kernels) GetKernel(kernel);
+}
+
+torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const LaunchPlan& plan) {
+  TORCH_CHECK(plan.segments >= 1 && plan.numel.size() == static_cast<size_t>(plan.segments) &&
+                  plan.out_sizes.size() == static_cast<size_t>(plan.segments) &&
+                  plan.is_tensor.size() == plan.binding.size() &&
+                  plan.input_dtypes.size() == plan.binding.size(),
+              "metafuse: launch plan of kernel ", code.name, " is inconsistent");
+  auto launch = std::make_shared<Launch>();
+  launch->plan = plan;
+  launch->kernel = GetKernel(code);
+  launch->inputs_per_segment = plan.binding.size();
+  launch->outputs_per_segment = plan.output_dtypes.size();
+  launch->num_kernel_inputs = code.input_dtypes.size();
+  launch->num_scalars = static_cast<size_t>(code.num_scalars);
+  launch->plan.reuse.resize(launch->outputs_per_segment * plan.segments, -1);
+
+  return [launch](torch::jit::Stack& stack) {
+    const Launch& l = *launch;
+    const LaunchPlan& p = l.plan;
+    const size_t total_in = l.inputs_per_segment * p.segments;
+    const size_t base = stack.size() - total_in;
+    // On the stack for the usual sizes: a launch is a few microseconds.
+    absl::InlinedVector<at::Tensor, 8> outputs(l.outputs_per_segment * p.segments);
+    absl::InlinedVector<at::Tensor, 2> keep;  // contiguous copies, alive until the launch ends
+    absl::InlinedVector<const void*, 16> in_ptrs(l.num_kernel_inputs);
+    absl::InlinedVector<void*, 8> out_ptrs(l.outputs_per_segment);
+    absl::InlinedVector<double, 4> scalars(l.num_scalars);
+    for (int64_t s = 0; s < p.segments; ++s) {
+      const size_t first = base + s * l.inputs_per_segment;
+      for (size_t i = 0; i < l.inputs_per_segment; ++i) {
+        c10::IValue& v = stack[first + i];
+        if (p.is_tensor[i]) {
+          at::Tensor t = v.toTensor();
+          TORCH_CHECK(t.scalar_type() == p.input_dtypes[i] && t.device().is_cpu(),
+                      "fused kernel ", l.kernel->code().name, ": input ", i, " is ",
+                      t.toString(), ", expected the specialized dtype on the CPU");
+          if (!t.is_contiguous()) {
+            t = t.contiguous();
+            keep.push_back(t);
+          }
+          in_ptrs[p.binding[i]] = t.data_ptr();
+        } else {
+          scalars[p.binding[i]] = v.toScalar().toDouble();
+        }
+      }
+      for (size_t o = 0; o < l.outputs_per_segment; ++o) {
+        const size_t index = s * l.outputs_per_segment + o;
+        const int64_t from = p.reuse[index];
+        at::Tensor out;
+        if (from >= 0) {
+          const at::Tensor& candidate = stack[base + from].toTensor();
+          // Not taken twice: a taken input is no longer uniquely owned.
+          if (BufferIsFree(candidate)) out = candidate;
+        }
+        if (!out.defined()) {
+          out = at::empty(p.out_sizes[s], at::TensorOptions().dtype(p.output_dtypes[o]));
+        }
+        out_ptrs[o] = out.data_ptr();
+        outputs[index] = std::move(out);
+      }
+      l.kernel->RunUnchecked(p.numel[s], in_ptrs.data(), out_ptrs.data(), scalars.data());
+    }
+    stack.resize(base);
+    for (auto& out : outputs) stack.emplace_back(std::move(out));
+  };
+}
+
+}  // namespace metafuse::runtime

@@ -1,0 +1,19 @@
+// The runtime operation of a GEMM instruction (compiler/lower_matmul.h):
+// C = op(A) op(B) (+ acc) into a fresh row-major matrix, through the Fortran
+// BLAS (sgemm_/dgemm_) that LibTorch links, found in the running process.
+// Where no such BLAS is loaded, the operation calls ATen's mm on
+// (transposed) views: same result, slower.
+#pragma once
+
+#include <ATen/core/stack.h>
+
+#include "runtime/program_code.h"
+
+namespace metafuse::runtime {
+
+torch::jit::Operation MakeGemmOperation(const GemmPlan& plan);
+
+// True if the BLAS routines were found (for tests and reports).
+bool DirectBlasAvailable();
+
+}  // namespace metafuse::runtime

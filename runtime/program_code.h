@@ -1,0 +1,135 @@
+// The compiled program as a value.
+//
+// What the compiler's pipeline (compiler/pipeline.h) produces and the runtime
+// runs: a straight-line instruction list over a register file, with
+// everything an instruction needs written out (operator schemas, constants,
+// fused-kernel code and launch plans, GEMM and reduction plans). It does not
+// refer to the TorchScript graph it came from, so it can be dumped as text,
+// serialized and read back exactly (program_serialization.h), shipped to
+// another process, and its kernels regenerated for another target from the
+// kernel IR each KernelCode keeps.
+//
+// A CompiledProgram is one differentiable function: a forward ProgramCode
+// (inputs -> outputs, then the values its backward needs, "saved") and a
+// backward ProgramCode (saved..., cotangents... -> one gradient per
+// differentiable input), with the guard it was specialized for.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+#include <c10/core/ScalarType.h>
+
+namespace metafuse::runtime {
+
+// One fused elementwise kernel, as the runtime loads it.
+struct KernelCode {
+  std::string name;       // the entry symbol is "mf_" + name
+  std::string kernel_ir;  // kernel IR text (compiler/codegen/kernel_ir.h): the source of
+                          // truth a printer for another target starts from
+  std::string llvm_ir;    // LLVM module for the host, what the JIT loads
+  // The launch contract, checked by JitKernel::Run: per kernel input its
+  // dtype, access (0 element, 1 broadcast, 2 inner, 3 outer) and inner
+  // size; per output its dtype; the number of scalar parameters.
+  std::vector<c10::ScalarType> input_dtypes;
+  std::vector<int64_t> input_access, input_inner;
+  std::vector<c10::ScalarType> output_dtypes;
+  int64_t num_scalars = 0;
+  std::vector<std::string> input_names, output_names;  // for error messages
+};
+
+// How one fused-kernel instruction binds its operands to its kernel. A
+// horizontally fused launch runs the kernel over `segments` operand groups
+// laid one after another on the instruction's inputs and outputs.
+struct LaunchPlan {
+  int64_t kernel = -1;  // index into ProgramCode::kernels
+  int64_t segments = 1;
+  // Per input of one segment: kernel input number (tensors) or scalar
+  // parameter number (numbers).
+  std::vector<int64_t> binding;
+  std::vector<bool> is_tensor;
+  std::vector<c10::ScalarType> input_dtypes;   // per input of one segment
+  std::vector<c10::ScalarType> output_dtypes;  // per output of one segment
+  std::vector<int64_t> numel;                  // per segment
+  std::vector<std::vector<int64_t>> out_sizes;  // per segment
+  // Per output over all segments: the instruction input whose buffer it may
+  // take when that input is uniquely owned at run time, or -1.
+  std::vector<int64_t> reuse;
+};
+
+// C = op(A) op(B) (+ acc when `accumulate`: a third input).
+struct GemmPlan {
+  bool trans_a = false, trans_b = false, accumulate = false;
+};
+
+// A small reduction run by a plain loop (runtime/reduction.h); the
+// operator named by `fallback_schema` runs inputs the loop does not handle.
+struct ReductionPlan {
+  enum Form : int64_t { kAll = 0, kRows = 1, kColumns = 2 };
+  Form form = kAll;
+  bool mean = false;
+  std::vector<int64_t> out_sizes;
+  std::string fallback_schema;
+};
+
+enum class InstructionKind : int64_t {
+  kOperator = 0,        // a registered operator, by schema
+  kListConstruct = 1,   // interpreter built-ins without an operator
+  kListUnpack = 2,
+  kTupleConstruct = 3,
+  kFusedKernel = 4,     // plan: LaunchPlan
+  kGemm = 5,            // plan: GemmPlan
+  kReduction = 6,       // plan: ReductionPlan
+};
+const char* InstructionKindName(InstructionKind kind);
+
+struct InstructionCode {
+  InstructionKind kind = InstructionKind::kOperator;
+  std::string name;    // what profiles and listings show
+  // kOperator: the operator's canonical schema; kListConstruct: the list's
+  // element type (annotation string).
+  std::string schema;
+  int64_t plan = -1;   // index into the plan vector of `kind`
+  std::vector<int64_t> inputs, outputs;  // registers
+};
+
+struct ProgramCode {
+  std::string label;  // "forward", "backward", ...
+  int64_t num_registers = 0;
+  std::vector<int64_t> input_registers, output_registers;
+  std::vector<std::pair<int64_t, c10::IValue>> constants;  // register, value
+  std::vector<InstructionCode> instructions;
+  std::vector<KernelCode> kernels;
+  std::vector<LaunchPlan> launches;
+  std::vector<GemmPlan> gemms;
+  std::vector<ReductionPlan> reductions;
+};
+
+// What a specialization is keyed by and checked against: dtype, device,
+// sizes and strides of every tensor input, the value of every integer input.
+std::vector<int64_t> InputSignature(const std::vector<c10::IValue>& inputs);
+
+struct CompiledProgram {
+  ProgramCode forward;   // inputs -> outputs [0, num_outputs), then saved values
+  ProgramCode backward;  // saved..., cotangents... -> gradients
+  int64_t num_inputs = 0;
+  int64_t num_outputs = 0;
+  std::vector<int64_t> differentiable_inputs;  // one gradient each, in order
+  // InputSignature of the inputs the program was specialized for; empty for
+  // a generic program (any shapes).
+  std::vector<int64_t> guard;
+  // What produced it: format, metafuse, LibTorch, LLVM, host CPU.
+  std::map<std::string, std::string> versions;
+};
+
+// The versions a program made in this process records.
+std::map<std::string, std::string> CurrentVersions();
+
+// Stable, readable text of the whole value: same program, same text.
+std::string Dump(const ProgramCode& code);
+std::string Dump(const CompiledProgram& program);
+
+}  // namespace metafuse::runtime

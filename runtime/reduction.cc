@@ -1,0 +1,73 @@
+#include "runtime/reduction.h"
+
+#include <ATen/ATen.h>
+
+#include "runtime/operator_lookup.h"
+
+namespace metafuse::runtime {
+namespace {
+
+using Form = ReductionPlan::Form;
+
+bool Plain(const at::Tensor& t) {
+  return t.is_cpu() && t.is_contiguous() &&
+         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble);
+}
+
+// out[j] = sum_i in[i, j] (kRows), out[i] = sum_j in[i, j] (kColumns), or
+// out = sum of all, over a row-major [m, n] buffer.
+template <typename T>
+void Reduce(Form form, const T* in, int64_t m, int64_t n, T* out, double scale) {
+  if (form == ReductionPlan::kAll) {
+    T s = 0;
+    for (int64_t i = 0; i < m * n; ++i) s += in[i];
+    out[0] = scale == 1.0 ? s : static_cast<T>(s / static_cast<T>(1.0 / scale));
+  } else if (form == ReductionPlan::kRows) {
+    for (int64_t j = 0; j < n; ++j) out[j] = in[j];
+    for (int64_t i = 1; i < m; ++i) {
+      const T* row = in + i * n;
+      for (int64_t j = 0; j < n; ++j) out[j] += row[j];
+    }
+  } else {
+    for (int64_t i = 0; i < m; ++i) {
+      const T* row = in + i * n;
+      T s = 0;
+      for (int64_t j = 0; j < n; ++j) s += row[j];
+      out[i] = s;
+    }
+  }
+}
+
+at::Tensor Run(Form form, const at::Tensor& x, c10::IntArrayRef out_sizes, bool mean) {
+  const int64_t m = form == ReductionPlan::kAll ? 1 : x.size(0);
+  const int64_t n = form == ReductionPlan::kAll ? x.numel() : x.size(1);
+  at::Tensor out = at::empty(out_sizes, x.options());
+  const double scale = mean ? 1.0 / static_cast<double>(x.numel()) : 1.0;
+  if (x.scalar_type() == at::kFloat) {
+    Reduce<float>(form, x.data_ptr<float>(), m, n, out.data_ptr<float>(), scale);
+  } else {
+    Reduce<double>(form, x.data_ptr<double>(), m, n, out.data_ptr<double>(), scale);
+  }
+  return out;
+}
+
+}  // namespace
+
+torch::jit::Operation MakeReductionOperation(const ReductionPlan& plan, size_t num_inputs) {
+  const Form form = plan.form;
+  const bool mean = plan.mean;
+  const std::vector<int64_t> out_sizes = plan.out_sizes;
+  torch::jit::Operation fallback = LookUpOperation(plan.fallback_schema);
+  return [form, mean, out_sizes, fallback, num_inputs](torch::jit::Stack& stack) mutable {
+    const at::Tensor& x = stack[stack.size() - num_inputs].toTensor();
+    if (!Plain(x)) {
+      fallback(stack);
+      return;
+    }
+    at::Tensor out = Run(form, x, out_sizes, mean);
+    stack.resize(stack.size() - num_inputs);
+    stack.emplace_back(std::move(out));
+  };
+}
+
+}  // namespace metafuse::runtime

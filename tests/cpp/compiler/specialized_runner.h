@@ -1,0 +1,61 @@
+// Test helper: runs one graph the way the pipeline's phase 2 treats it
+// (pipeline.h, SpecializeGraph) on its first call, then that program; with
+// fusion off, the graph lowered as it is. Lets pass tests compare fused and
+// unfused results of standalone graphs.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include "compiler/ir_dump.h"
+#include "compiler/lower_to_program.h"
+#include "compiler/pipeline.h"
+#include "compiler/signature_cache.h"
+#include "runtime/program.h"
+
+namespace metafuse::compiler {
+
+class SpecializedRunner {
+ public:
+  SpecializedRunner(std::shared_ptr<torch::jit::Graph> graph, std::string label, StageLog* log)
+      : graph_(std::move(graph)), label_(std::move(label)), log_(log) {}
+  void set_fusion(bool enabled) { fusion_ = enabled; }
+
+  std::vector<c10::IValue> Run(std::vector<c10::IValue> inputs) {
+    if (!fusion_) {
+      if (!generic_) generic_.emplace(LowerToProgram(*graph_, label_));
+      return generic_->Run(std::move(inputs));
+    }
+    std::vector<int64_t> signature = runtime::InputSignature(inputs);
+    const auto* found = programs_.Find(signature);
+    if (found == nullptr) {
+      SpecializedGraph s =
+          SpecializeGraph(*graph_, inputs, runtime::OptionsFromEnvironment(), label_, log_);
+      report_ = s.report;
+      found = &programs_.Insert(std::move(signature),
+                                std::make_unique<runtime::Program>(std::move(s.code)));
+    }
+    return (*found)->Run(std::move(inputs));
+  }
+  const SpecializationReport& report() const { return report_; }
+  // The program of the most recently used specialization, or nullptr.
+  const runtime::Program* specialized() const {
+    const auto* last = programs_.last();
+    return last != nullptr ? last->get() : nullptr;
+  }
+
+ private:
+  std::shared_ptr<torch::jit::Graph> graph_;
+  std::string label_;
+  StageLog* log_;
+  bool fusion_ = true;
+  SpecializationReport report_;
+  std::optional<runtime::Program> generic_;
+  SignatureCache<std::unique_ptr<runtime::Program>> programs_;
+};
+
+}  // namespace metafuse::compiler
