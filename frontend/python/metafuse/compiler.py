@@ -212,10 +212,69 @@ class _FastPath:
         return adapted
 
 
-class CompiledInnerLoop:
+class _CompiledBase:
+    """What the results of compile_inner_loop and compile share: compiled
+    programs cached per guard (a C++ object, or the reason the guard runs
+    eagerly), the one fallback warning, the tracer-warning filter, the IR of
+    the compile stages and the compiled program as a value."""
+
+    _api = "metafuse"
+
+    def __init__(self):
+        self.compile_count = 0
+        self._programs = {}  # guard -> compiled C++ object (+ extra) or fallback reason
+
+    def _compiled(self):
+        """The C++ compiled objects of every guard that compiled."""
+        return [entry[0] if isinstance(entry, tuple) else entry
+                for entry in self._programs.values() if not isinstance(entry, str)]
+
+    def _fallback(self, reason):
+        warnings.warn(f"{self._api}: {reason}; running {self._subject()} eagerly "
+                      "(same results, not compiled)", CompilationFallbackWarning,
+                      stacklevel=4)
+        return reason
+
+    def _inexact_trace(self, caught, rewarn):
+        """The reason the trace cannot be trusted (a tensor turned into a
+        Python value in user code: data-dependent control flow would be baked
+        in), or None. With ``rewarn``, warnings other than the tracer's are
+        issued again."""
+        for w in caught:
+            if not issubclass(w.category, torch.jit.TracerWarning):
+                if rewarn:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            elif not _inside_torch(w.filename):
+                return (f"tracing is not exact at {w.filename}:{w.lineno} "
+                        f"({str(w.message).splitlines()[0]})")
+        return None
+
+    def stages(self):
+        """[(stage, IR text)] of every compiled guard, in compile order: the
+        compile pipeline's stages, then each specialization's."""
+        return [stage for program in self._compiled() for stage in program.stages()]
+
+    def program(self, *args):
+        """The compiled program a call with ``args`` runs, as a value
+        (``metafuse._C._compiler.CompiledProgram``: ``dump()``,
+        ``serialize()``); compiles for their guard first if needed. Raises
+        RuntimeError when that guard runs eagerly."""
+        self(*args)
+        entry, leaves = self._entry_and_leaves(args)
+        if isinstance(entry, str):
+            raise RuntimeError(f"{self._api}: this call runs eagerly ({entry}); "
+                               "there is no compiled program")
+        program = entry[0] if isinstance(entry, tuple) else entry
+        return program.program(leaves)
+
+
+class CompiledInnerLoop(_CompiledBase):
     """The callable returned by compile_inner_loop."""
 
+    _api = "metafuse.compile_inner_loop"
+
     def __init__(self, loss_fn, optimizer, steps, return_losses):
+        super().__init__()
         if not callable(loss_fn):
             raise TypeError("compile_inner_loop: `loss_fn` must be callable")
         if not isinstance(optimizer, GradientTransformation):
@@ -228,8 +287,6 @@ class CompiledInnerLoop:
         self.optimizer = optimizer
         self.steps = int(steps)
         self.return_losses = bool(return_losses)
-        self.compile_count = 0
-        self._programs = {}  # guard -> compiled program or fallback reason
         self._fast = None  # the last guard's _FastPath
 
     def __call__(self, params, *batch):
@@ -292,14 +349,9 @@ class CompiledInnerLoop:
         traced, error, caught = _trace(flat_loss, examples)
         if error is not None:
             return self._fallback(f"the loss could not be traced ({error})")
-        for w in caught:
-            if not issubclass(w.category, torch.jit.TracerWarning):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            elif not _inside_torch(w.filename):
-                # A tensor value turned into a Python value in user code: the
-                # trace would bake it in (data-dependent control flow).
-                return self._fallback(f"tracing is not exact at {w.filename}:"
-                                      f"{w.lineno} ({str(w.message).splitlines()[0]})")
+        inexact = self._inexact_trace(caught, rewarn=True)
+        if inexact is not None:
+            return self._fallback(inexact)
         graph = traced.graph
         outputs = list(graph.outputs())
         if len(outputs) != 1 or not outputs[0].type().isSubtypeOf(torch._C.TensorType.get()):
@@ -312,11 +364,17 @@ class CompiledInnerLoop:
         except _core.UnsupportedOp as exc:
             return self._fallback(f"op {exc} is outside the compiler's primitive set")
 
-    def _fallback(self, reason):
-        warnings.warn(f"metafuse.compile_inner_loop: {reason}; running the inner "
-                      "loop eagerly (same results, not compiled)",
-                      CompilationFallbackWarning, stacklevel=4)
-        return reason
+    def _subject(self):
+        return "the inner loop"
+
+    def _entry_and_leaves(self, args):
+        params, batch = args[0], args[1:]
+        self._call(params, batch)  # makes self._fast for this guard when compiled
+        entry = next(reversed(self._programs.values()))
+        fast = self._fast
+        if isinstance(entry, str) or fast is None:
+            return entry, None
+        return fast.program, fast.inputs(self, params, batch)
 
     def _eager(self, params, batch):
         """The reference semantics: metafuse's own optimizer, out of place."""
@@ -336,11 +394,6 @@ class CompiledInnerLoop:
         if self.return_losses:
             return params, torch.stack(losses)
         return params
-
-    def stages(self):
-        """[(stage, IR text)] of every compiled guard, in compile order."""
-        return [stage for program in self._programs.values()
-                if not isinstance(program, str) for stage in program.stages()]
 
 
 def compile_inner_loop(loss_fn, optimizer, steps, *, return_losses=False):
@@ -364,17 +417,30 @@ def grad(output, inputs):
     return _tree.unflatten(spec, list(torch.ops.metafuse.grad(output, leaves)))
 
 
-class CompiledFunction:
+class CompiledFunction(_CompiledBase):
     """A user function compiled by metafuse.compile (see compile)."""
 
+    _api = "metafuse.compile"
+
     def __init__(self, fn, argnums):
+        super().__init__()
         self.fn = fn
         self.argnums = argnums
-        self.compile_count = 0
-        self._programs = {}
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args):
+        flat, specs, keys, extras, guard = self._flatten(args)
+        entry = self._programs.get(guard)
+        if entry is None:
+            entry = self._compile(args, specs, flat, keys, extras)
+            self._programs[guard] = entry
+        if isinstance(entry, str):
+            return self.fn(*args)
+        program, out_spec = entry
+        return _tree.unflatten(out_spec, program(flat + extras))
+
+    def _flatten(self, args):
+        """(leaves, [(spec, count)], closed-over keys and tensors, guard)."""
         if max(self.argnums) >= len(args):
             raise ValueError(f"metafuse.compile: argnums {self.argnums} out of range "
                              f"for {len(args)} argument(s)")
@@ -391,14 +457,11 @@ class CompiledFunction:
         extras = [t for _, t in closed]
         guard = (tuple(s for s, _ in specs), tuple(keys), _describe(flat),
                  _describe(extras))
-        entry = self._programs.get(guard)
-        if entry is None:
-            entry = self._compile(args, specs, flat, keys, extras)
-            self._programs[guard] = entry
-        if isinstance(entry, str):
-            return self.fn(*args)
-        program, out_spec = entry
-        return _tree.unflatten(out_spec, program(flat + extras))
+        return flat, specs, keys, extras, guard
+
+    def _entry_and_leaves(self, args):
+        flat, _, _, extras, guard = self._flatten(args)
+        return self._programs[guard], flat + extras
 
     def _compile(self, args, specs, flat, keys, extras):
         self.compile_count += 1
@@ -432,25 +495,18 @@ class CompiledFunction:
         traced, error, caught = _trace(flat_fn, examples)
         if error is not None:
             return self._fallback(f"the function could not be traced ({error})")
-        for w in caught:
-            if issubclass(w.category, torch.jit.TracerWarning) and not _inside_torch(w.filename):
-                return self._fallback(f"tracing is not exact at {w.filename}:"
-                                      f"{w.lineno} ({str(w.message).splitlines()[0]})")
+        inexact = self._inexact_trace(caught, rewarn=False)
+        if inexact is not None:
+            return self._fallback(inexact)
         try:
             program = _core.compile_function(traced.graph, differentiable)
         except _core.UnsupportedOp as exc:
             return self._fallback(f"op {exc} is outside the compiler's primitive set")
         return program, out_spec[0]
 
-    def _fallback(self, reason):
-        warnings.warn(f"metafuse.compile: {reason}; running {self.fn.__name__} "
-                      "eagerly (same results, not compiled)",
-                      CompilationFallbackWarning, stacklevel=4)
-        return reason
+    def _subject(self):
+        return self.fn.__name__
 
-    def stages(self):
-        return [stage for entry in self._programs.values()
-                if not isinstance(entry, str) for stage in entry[0].stages()]
 
 
 def compile(fn=None, *, argnums=(0,)):  # noqa: A001 (the public name)
@@ -503,15 +559,6 @@ def _total_us(summary):
     return float(match.group(1)) if match else 0.0
 
 
-def _compiled_programs(fn):
-    programs = []
-    for entry in fn._programs.values():
-        if isinstance(entry, str):
-            continue
-        programs.append(entry[0] if isinstance(entry, tuple) else entry)
-    return programs
-
-
 def profile(fn, *args, backward=True, trace_path=None, quiet=False):
     """Runs a compiled function (compile_inner_loop or compile) with every
     runtime instruction timed, forward and, with ``backward``, the compiled
@@ -542,7 +589,7 @@ def profile(fn, *args, backward=True, trace_path=None, quiet=False):
         return handle
 
     run_once()  # compiles for these arguments' guard if needed
-    programs = _compiled_programs(fn)
+    programs = fn._compiled()
     enabled = [p.fusion() for p in programs]
     try:
         for p in programs:
