@@ -1,4 +1,4 @@
-// A fused JIT kernel (runtime/llvm_codegen) against the same computation as
+// A fused JIT kernel (compiler/codegen/llvm_printer + runtime/jit_kernel) against the same computation as
 // separate ATen ops, in one run: an Adam-like update of 4M float32 elements
 //   m' = b1 m + (1 - b1) g
 //   v' = b2 v + (1 - b2) g g

@@ -2,7 +2,7 @@
 //
 // An unfused metafuse.adam / metafuse.adamw update traced inside
 // metafuse.compile is a generic chain of primitives (after
-// PrepareCapturedGraph's lowering of addcmul and full_like):
+// the prepare stage's lowering of addcmul and full_like):
 //
 //   [g' = g * -1]                          (maximize)
 //   [g' = add(g', p, alpha=wd)]            (coupled weight decay: adam)
@@ -56,7 +56,7 @@ struct OptimizerEliminationStats {
 OptimizerEliminationStats EliminateOptimizerBackward(
     const std::shared_ptr<torch::jit::Graph>& graph);
 
-// The pipeline's entry (compiled_function.cc's PrepareCapturedGraph): skipped
+// The pipeline's entry (compiler/pipeline.cc, prepare): skipped
 // when METAFUSE_DISABLE_OPTIMIZER_ELIMINATION is set to anything but "" or
 // "0"; records the stage "optimizer backward eliminated" in `log` (when not
 // null) only when a chain was replaced.

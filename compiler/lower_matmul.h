@@ -7,7 +7,7 @@
 // so the view and the dispatcher call disappear (the transposes die unless
 // something else reads them); t(product) becomes the swapped product,
 // t(t(x)) is x, and add(x, product) becomes a product accumulating into x
-// (a third input: C = x + op(A) op(B)). The runtime operation (gemm_op.h) calls the
+// (a third input: C = x + op(A) op(B)). The runtime operation (runtime/gemm.h) calls the
 // BLAS that LibTorch itself uses.
 #pragma once
 

@@ -83,8 +83,8 @@ int main(int argc, char** argv) {
   }
   std::cout << (last < first ? "meta-loss fell" : "meta-loss did not fall") << " ("
             << first << " -> " << last << "), "
-            << adapt->forward_program().num_instructions() << " forward and "
-            << adapt->backward_program().num_instructions()
+            << adapt->function().generic().forward.num_instructions() << " forward and "
+            << adapt->function().generic().backward.num_instructions()
             << " backward instructions\n";
   return last < first ? 0 : 1;
 }

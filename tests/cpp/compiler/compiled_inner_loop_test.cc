@@ -79,11 +79,11 @@ TEST(CompiledInnerLoop, RecordsEveryStage) {
   auto loop = CompileInnerLoop(MlpLoss, MakeParams(torch::kFloat64),
                                MakeBatch(torch::kFloat64), o, 2);
   std::vector<std::string> names;
-  for (const auto& [stage, ir] : loop->stages()) names.push_back(stage);
+  for (const auto& [stage, ir] : loop->function().stages()) names.push_back(stage);
   EXPECT_EQ(names.front(), "captured");
   EXPECT_NE(std::find(names.begin(), names.end(), "decomposed"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "backward_program"), names.end());
-  EXPECT_GT(loop->forward_program().num_instructions(), 0u);
+  EXPECT_GT(loop->function().generic().forward.num_instructions(), 0u);
 }
 
 TEST(CompiledInnerLoop, UnsupportedOpIsNamed) {
