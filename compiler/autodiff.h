@@ -35,7 +35,4 @@ std::vector<torch::jit::Value*> AppendVjp(
     const std::vector<torch::jit::Value*>& seeds,
     const std::vector<torch::jit::Value*>& wrt);
 
-// True when the compiler has a derivative rule for this node's op.
-bool HasDerivativeRule(const torch::jit::Node* node);
-
 }  // namespace metafuse::compiler

@@ -1,4 +1,5 @@
 #include "compiler/decompose.h"
+#include "compiler/ir_helpers.h"
 
 #include <cmath>
 #include <functional>
@@ -39,30 +40,7 @@ int64_t TensorRank(Value* v) {
   return dim ? static_cast<int64_t>(*dim) : -1;
 }
 
-Value* Insert(Graph& g, const char* op,
-              std::vector<torch::jit::NamedValue> args) {
-  return g.insert(Symbol::fromQualString(op), args);
-}
-
 bool IsNone(Value* v) { return v->type()->kind() == c10::TypeKind::NoneType; }
-
-// A constant int list argument (a prim::Constant or a ListConstruct of
-// constants), or nullopt.
-c10::optional<std::vector<int64_t>> IntList(Value* v) {
-  if (auto iv = ConstantOf(v)) {
-    if (iv->isIntList()) return iv->toIntVector();
-    if (iv->isInt()) return std::vector<int64_t>{iv->toInt()};
-    return c10::nullopt;
-  }
-  if (v->node()->kind() != torch::jit::prim::ListConstruct) return c10::nullopt;
-  std::vector<int64_t> out;
-  for (Value* in : v->node()->inputs()) {
-    auto iv = ConstantOf(in);
-    if (!iv || !iv->isInt()) return c10::nullopt;
-    out.push_back(iv->toInt());
-  }
-  return out;
-}
 
 // conv2d / conv_transpose2d from the generic convolution signature
 // (input, weight, bias, stride, padding, dilation, transposed,
@@ -71,7 +49,7 @@ c10::optional<std::vector<int64_t>> IntList(Value* v) {
 // w [O, C/g, k] -> [O, C/g, 1, k], parameters (1, s), (0, p), (1, d).
 Value* Conv1dAs2d(Graph& g, Value* x, Value* w, Value* b, Value* stride,
                   Value* padding, Value* dilation, Value* groups) {
-  auto s = IntList(stride), p = IntList(padding), d = IntList(dilation);
+  auto s = ConstantIntList(stride), p = ConstantIntList(padding), d = ConstantIntList(dilation);
   if (TensorRank(x) != 3 || !s || !p || !d || s->size() != 1 ||
       p->size() != 1 || d->size() != 1) {
     return Reject(
@@ -79,14 +57,14 @@ Value* Conv1dAs2d(Graph& g, Value* x, Value* w, Value* b, Value* stride,
         "stride/padding/dilation "
         "expected");
   }
-  Value* x2 = Insert(g, "aten::unsqueeze", {x, g.insertConstant(2)});
-  Value* w2 = Insert(g, "aten::unsqueeze", {w, g.insertConstant(2)});
+  Value* x2 = InsertOp(g, "aten::unsqueeze", {x, g.insertConstant(2)});
+  Value* w2 = InsertOp(g, "aten::unsqueeze", {w, g.insertConstant(2)});
   Value* y =
-      Insert(g, "aten::conv2d",
+      InsertOp(g, "aten::conv2d",
              {x2, w2, b, g.insertConstant(std::vector<int64_t>{1, (*s)[0]}),
               g.insertConstant(std::vector<int64_t>{0, (*p)[0]}),
               g.insertConstant(std::vector<int64_t>{1, (*d)[0]}), groups});
-  return Insert(g, "aten::squeeze", {y, g.insertConstant(2)});
+  return InsertOp(g, "aten::squeeze", {y, g.insertConstant(2)});
 }
 
 // conv2d on an unbatched [C, H, W] input: a batch of one.
@@ -96,10 +74,10 @@ Value* Conv2dMaybeUnbatched(Graph& g, Value* x, Value* w, Value* b,
   const int64_t rank = TensorRank(x);
   if (rank != 3 && rank != 4)
     return Reject("a [C, H, W] or [N, C, H, W] input expected");
-  if (rank == 3) x = Insert(g, "aten::unsqueeze", {x, g.insertConstant(0)});
+  if (rank == 3) x = InsertOp(g, "aten::unsqueeze", {x, g.insertConstant(0)});
   Value* y =
-      Insert(g, "aten::conv2d", {x, w, b, stride, padding, dilation, groups});
-  return rank == 3 ? Insert(g, "aten::squeeze", {y, g.insertConstant(0)}) : y;
+      InsertOp(g, "aten::conv2d", {x, w, b, stride, padding, dilation, groups});
+  return rank == 3 ? InsertOp(g, "aten::squeeze", {y, g.insertConstant(0)}) : y;
 }
 
 // conv2d / conv_transpose2d / conv1d from the generic convolution signature
@@ -108,7 +86,7 @@ Value* Conv2dMaybeUnbatched(Graph& g, Value* x, Value* w, Value* b,
 // not transposed).
 Value* Convolution(Graph& g, Node* n) {
   auto transposed = ConstantOf(n->input(6));
-  auto output_padding = IntList(n->input(7));
+  auto output_padding = ConstantIntList(n->input(7));
   const int64_t rank = TensorRank(n->input(0));
   if (!transposed || !output_padding) {
     return Reject("constant `transposed` and `output_padding` expected");
@@ -124,11 +102,11 @@ Value* Convolution(Graph& g, Node* n) {
         "expected");
   }
   if (!transposed->toBool()) {
-    return Insert(
+    return InsertOp(
         g, "aten::conv2d",
         {x, w, b, n->input(3), n->input(4), n->input(5), n->input(8)});
   }
-  return Insert(g, "aten::conv_transpose2d",
+  return InsertOp(g, "aten::conv_transpose2d",
                 {x, w, b, n->input(3), n->input(4), n->input(7), n->input(8),
                  n->input(5)});
 }
@@ -139,21 +117,21 @@ Value* NormalizeOver(Graph& g, Value* x, const std::vector<int64_t>& dims,
                      double eps) {
   Value* dims_value = g.insertConstant(dims);
   Value* mean =
-      Insert(g, "aten::mean", {x, dims_value, g.insertConstant(true)});
-  Value* centered = Insert(g, "aten::sub", {x, mean});
-  Value* var = Insert(g, "aten::mean",
-                      {Insert(g, "aten::mul", {centered, centered}), dims_value,
+      InsertOp(g, "aten::mean", {x, dims_value, g.insertConstant(true)});
+  Value* centered = InsertOp(g, "aten::sub", {x, mean});
+  Value* var = InsertOp(g, "aten::mean",
+                      {InsertOp(g, "aten::mul", {centered, centered}), dims_value,
                        g.insertConstant(true)});
-  Value* std = Insert(g, "aten::sqrt",
-                      {Insert(g, "aten::add", {var, g.insertConstant(eps)})});
-  return Insert(g, "aten::div", {centered, std});
+  Value* std = InsertOp(g, "aten::sqrt",
+                      {InsertOp(g, "aten::add", {var, g.insertConstant(eps)})});
+  return InsertOp(g, "aten::div", {centered, std});
 }
 
 // layer_norm(x, normalized_shape, weight, bias, eps, cudnn): normalized
 // over the trailing len(normalized_shape) dims, then the elementwise affine.
 Value* LayerNorm(Graph& g, Node* n) {
   const int64_t rank = TensorRank(n->input(0));
-  auto shape = IntList(n->input(1));
+  auto shape = ConstantIntList(n->input(1));
   auto eps = ConstantOf(n->input(4));
   if (rank < 1 || !shape || !eps || shape->empty() ||
       static_cast<int64_t>(shape->size()) > rank) {
@@ -164,8 +142,8 @@ Value* LayerNorm(Graph& g, Node* n) {
   for (int64_t d = rank - static_cast<int64_t>(shape->size()); d < rank; ++d)
     dims.push_back(d);
   Value* out = NormalizeOver(g, n->input(0), dims, eps->toDouble());
-  if (!IsNone(n->input(2))) out = Insert(g, "aten::mul", {out, n->input(2)});
-  if (!IsNone(n->input(3))) out = Insert(g, "aten::add", {out, n->input(3)});
+  if (!IsNone(n->input(2))) out = InsertOp(g, "aten::mul", {out, n->input(2)});
+  if (!IsNone(n->input(3))) out = InsertOp(g, "aten::add", {out, n->input(3)});
   return out;
 }
 
@@ -178,11 +156,11 @@ Value* Softplus(Graph& g, Value* x, int64_t rank) {
   at::Tensor selector =
       torch::tensor({0.0, 1.0}, at::TensorOptions().dtype(at::kDouble))
           .reshape(shape);
-  Value* weights = Insert(g, "aten::type_as", {g.insertConstant(selector), x});
+  Value* weights = InsertOp(g, "aten::type_as", {g.insertConstant(selector), x});
   Value* stacked =
-      Insert(g, "aten::mul",
-             {Insert(g, "aten::unsqueeze", {x, g.insertConstant(0)}), weights});
-  return Insert(g, "aten::logsumexp",
+      InsertOp(g, "aten::mul",
+             {InsertOp(g, "aten::unsqueeze", {x, g.insertConstant(0)}), weights});
+  return InsertOp(g, "aten::logsumexp",
                 {stacked, g.insertConstant(std::vector<int64_t>{0}),
                  g.insertConstant(false)});
 }
@@ -223,21 +201,21 @@ Value* BatchNorm(Graph& g, Node* n) {
   if (batch_stats) {
     out = NormalizeOver(g, x, dims, eps->toDouble());
   } else {
-    Value* centered = Insert(
-        g, "aten::sub", {x, Insert(g, "aten::reshape", {running_mean, shape})});
-    Value* var = Insert(g, "aten::reshape", {running_var, shape});
-    Value* std = Insert(
+    Value* centered = InsertOp(
+        g, "aten::sub", {x, InsertOp(g, "aten::reshape", {running_mean, shape})});
+    Value* var = InsertOp(g, "aten::reshape", {running_var, shape});
+    Value* std = InsertOp(
         g, "aten::sqrt",
-        {Insert(g, "aten::add", {var, g.insertConstant(eps->toDouble())})});
-    out = Insert(g, "aten::div", {centered, std});
+        {InsertOp(g, "aten::add", {var, g.insertConstant(eps->toDouble())})});
+    out = InsertOp(g, "aten::div", {centered, std});
   }
   if (!IsNone(weight)) {
-    out = Insert(g, "aten::mul",
-                 {out, Insert(g, "aten::reshape", {weight, shape})});
+    out = InsertOp(g, "aten::mul",
+                 {out, InsertOp(g, "aten::reshape", {weight, shape})});
   }
   if (!IsNone(bias)) {
-    out = Insert(g, "aten::add",
-                 {out, Insert(g, "aten::reshape", {bias, shape})});
+    out = InsertOp(g, "aten::add",
+                 {out, InsertOp(g, "aten::reshape", {bias, shape})});
   }
   return out;
 }
@@ -280,7 +258,7 @@ Value* Concatenate(Graph& g, const std::vector<Value*>& pieces, int64_t dim) {
     }
     lengths.push_back((*sizes)[dim]);
   }
-  if (pieces.size() == 1) return Insert(g, "aten::clone", {pieces[0]});
+  if (pieces.size() == 1) return InsertOp(g, "aten::clone", {pieces[0]});
   int64_t total = 0;
   for (int64_t l : lengths) total += l;
   Value* out = nullptr;
@@ -292,9 +270,9 @@ Value* Concatenate(Graph& g, const std::vector<Value*>& pieces, int64_t dim) {
     pad[2 * (rank - 1 - dim) + 1] = total - offset - lengths[i];
     offset += lengths[i];
     Value* placed =
-        Insert(g, "aten::constant_pad_nd",
+        InsertOp(g, "aten::constant_pad_nd",
                {pieces[i], g.insertConstant(pad), g.insertConstant(0.0)});
-    out = out ? Insert(g, "aten::add", {out, placed}) : placed;
+    out = out ? InsertOp(g, "aten::add", {out, placed}) : placed;
   }
   return out;
 }
@@ -316,11 +294,11 @@ std::vector<Value*> SelectAlongDim(Graph& g, Node* n, const char* arg_op) {
   auto dim = ConstantOf(n->input(1)), keepdim = ConstantOf(n->input(2));
   if (!dim || !keepdim || !dim->isInt()) return {};
   Value* index =
-      Insert(g, arg_op, {n->input(0), n->input(1), g.insertConstant(true)});
-  Value* values = Insert(g, "aten::gather", {n->input(0), n->input(1), index});
+      InsertOp(g, arg_op, {n->input(0), n->input(1), g.insertConstant(true)});
+  Value* values = InsertOp(g, "aten::gather", {n->input(0), n->input(1), index});
   if (!keepdim->toBool()) {
-    values = Insert(g, "aten::squeeze", {values, n->input(1)});
-    index = Insert(g, "aten::squeeze", {index, n->input(1)});
+    values = InsertOp(g, "aten::squeeze", {values, n->input(1)});
+    index = InsertOp(g, "aten::squeeze", {index, n->input(1)});
   }
   return {values, index};
 }
@@ -403,7 +381,7 @@ Value* AvgPool2d(Graph& g, Value* x, std::vector<int64_t> kernel,
   at::Tensor ones =
       torch::full({channels, 1, kernel[0], kernel[1]}, 1.0 / divisor,
                   at::TensorOptions().dtype(*type->scalarType()));
-  return Insert(g, "aten::conv2d",
+  return InsertOp(g, "aten::conv2d",
                 {x, g.insertConstant(ones), g.insertConstant(c10::IValue()),
                  g.insertConstant(stride), g.insertConstant(padding),
                  g.insertConstant(std::vector<int64_t>{1, 1}),
@@ -412,21 +390,21 @@ Value* AvgPool2d(Graph& g, Value* x, std::vector<int64_t> kernel,
 
 // A tensor like x filled with c (no gradient flows to it).
 Value* Filled(Graph& g, Value* x, double c) {
-  return Insert(g, "aten::add",
-                {Insert(g, "aten::zeros_like", {x}), g.insertConstant(c)});
+  return InsertOp(g, "aten::add",
+                {InsertOp(g, "aten::zeros_like", {x}), g.insertConstant(c)});
 }
 
 // where(cond, a, b) with every branch finite: the untaken branch gets a
 // zero cotangent, which must not meet an inf (0 * inf = nan).
 Value* Select(Graph& g, const char* cmp, Value* x, Value* y, Value* a,
               Value* b) {
-  return Insert(g, "aten::where", {Insert(g, cmp, {x, y}), a, b});
+  return InsertOp(g, "aten::where", {InsertOp(g, cmp, {x, y}), a, b});
 }
 
 // maximum / minimum with eager's tie rule (each operand gets half).
 Value* Extremum(Graph& g, Value* a, Value* b, bool max) {
-  Value* mid = Insert(g, "aten::mul",
-                      {Insert(g, "aten::add", {a, b}), g.insertConstant(0.5)});
+  Value* mid = InsertOp(g, "aten::mul",
+                      {InsertOp(g, "aten::add", {a, b}), g.insertConstant(0.5)});
   Value* inner = Select(g, max ? "aten::lt" : "aten::gt", a, b, b, mid);
   return Select(g, max ? "aten::gt" : "aten::lt", a, b, a, inner);
 }
@@ -436,15 +414,15 @@ Value* Extremum(Graph& g, Value* a, Value* b, bool max) {
 Value* Elu(Graph& g, Value* x, double alpha, double scale, double input_scale) {
   Value* zero = Filled(g, x, 0.0);
   Value* negative_part = Select(g, "aten::gt", x, zero, zero, x);
-  Value* e = Insert(
+  Value* e = InsertOp(
       g, "aten::exp",
-      {Insert(g, "aten::mul", {negative_part, g.insertConstant(input_scale)})});
+      {InsertOp(g, "aten::mul", {negative_part, g.insertConstant(input_scale)})});
   Value* neg_branch =
-      Insert(g, "aten::mul",
-             {Insert(g, "aten::sub", {e, g.insertConstant(1.0)}),
+      InsertOp(g, "aten::mul",
+             {InsertOp(g, "aten::sub", {e, g.insertConstant(1.0)}),
               g.insertConstant(alpha * scale)});
   return Select(g, "aten::gt", x, zero,
-                Insert(g, "aten::mul", {x, g.insertConstant(scale)}),
+                InsertOp(g, "aten::mul", {x, g.insertConstant(scale)}),
                 neg_branch);
 }
 
@@ -459,23 +437,23 @@ c10::optional<double> ScalarArg(Value* v) {
 using Rewrite = std::function<Value*(Graph&, Node*)>;
 
 Value* MeanSquared(Graph& g, Value* a, Value* b, int64_t reduction) {
-  Value* diff = Insert(g, "aten::sub", {a, b});
-  Value* sq = Insert(g, "aten::mul", {diff, diff});
+  Value* diff = InsertOp(g, "aten::sub", {a, b});
+  Value* sq = InsertOp(g, "aten::mul", {diff, diff});
   if (reduction == 0) return sq;
-  return Insert(g, reduction == 1 ? "aten::mean" : "aten::sum", {sq});
+  return InsertOp(g, reduction == 1 ? "aten::mean" : "aten::sum", {sq});
 }
 
 Value* LogSoftmax(Graph& g, Value* x, int64_t dim) {
   Value* dims = g.insertConstant(std::vector<int64_t>{dim});
-  Value* lse = Insert(g, "aten::logsumexp", {x, dims, g.insertConstant(true)});
-  return Insert(g, "aten::sub", {x, lse});
+  Value* lse = InsertOp(g, "aten::logsumexp", {x, dims, g.insertConstant(true)});
+  return InsertOp(g, "aten::sub", {x, lse});
 }
 
 Value* NegativeLogLikelihood(Graph& g, Value* log_probs, Value* target) {
-  Value* index = Insert(g, "aten::unsqueeze", {target, g.insertConstant(1)});
+  Value* index = InsertOp(g, "aten::unsqueeze", {target, g.insertConstant(1)});
   Value* picked =
-      Insert(g, "aten::gather", {log_probs, g.insertConstant(1), index});
-  return Insert(g, "aten::neg", {Insert(g, "aten::mean", {picked})});
+      InsertOp(g, "aten::gather", {log_probs, g.insertConstant(1), index});
+  return InsertOp(g, "aten::neg", {InsertOp(g, "aten::mean", {picked})});
 }
 
 const std::unordered_map<std::string, Rewrite>& Rewrites() {
@@ -494,16 +472,16 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          }
          Value* x = n->input(0);
          if (rank > 2) {
-           x = Insert(g, "aten::flatten",
+           x = InsertOp(g, "aten::flatten",
                       {x, g.insertConstant(0), g.insertConstant(rank - 2)});
          }
          Value* out =
-             Insert(g, "aten::mm", {x, Insert(g, "aten::t", {n->input(1)})});
+             InsertOp(g, "aten::mm", {x, InsertOp(g, "aten::t", {n->input(1)})});
          if (rank > 2)
            out =
-               Insert(g, "aten::reshape", {out, g.insertConstant(*out_sizes)});
+               InsertOp(g, "aten::reshape", {out, g.insertConstant(*out_sizes)});
          if (n->input(2)->type()->kind() != c10::TypeKind::NoneType) {
-           out = Insert(g, "aten::add", {out, n->input(2)});
+           out = InsertOp(g, "aten::add", {out, n->input(2)});
          }
          return out;
        }},
@@ -512,7 +490,7 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          if (TensorRank(n->input(0)) != 2 || TensorRank(n->input(1)) != 2) {
            return Reject("2-D operands expected");
          }
-         return Insert(g, "aten::mm", {n->input(0), n->input(1)});
+         return InsertOp(g, "aten::mm", {n->input(0), n->input(1)});
        }},
       {"aten::addmm",
        [](Graph& g, Node* n) -> Value* {
@@ -521,9 +499,9 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
              alpha->toScalar().toDouble() != 1.0) {
            return nullptr;
          }
-         return Insert(
+         return InsertOp(
              g, "aten::add",
-             {Insert(g, "aten::mm", {n->input(1), n->input(2)}), n->input(0)});
+             {InsertOp(g, "aten::mm", {n->input(1), n->input(2)}), n->input(0)});
        }},
       {"aten::mse_loss",
        [](Graph& g, Node* n) -> Value* {
@@ -533,7 +511,7 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        }},
       {"aten::square",
        [](Graph& g, Node* n) -> Value* {
-         return Insert(g, "aten::mul", {n->input(0), n->input(0)});
+         return InsertOp(g, "aten::mul", {n->input(0), n->input(0)});
        }},
       {"aten::log_softmax",
        [](Graph& g, Node* n) -> Value* {
@@ -551,7 +529,7 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
                       n->input(2)->type()->kind() != c10::TypeKind::NoneType)) {
            return nullptr;
          }
-         return Insert(g, "aten::exp",
+         return InsertOp(g, "aten::exp",
                        {LogSoftmax(g, n->input(0), dim->toInt())});
        }},
       {"aten::cross_entropy_loss",
@@ -586,7 +564,7 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        [](Graph& g, Node* n) -> Value* {
          Value* padding = n->input(4);
          if (auto mode = ConstantOf(n->input(4)); mode && mode->isString()) {
-           auto stride = IntList(n->input(3)), dilation = IntList(n->input(5));
+           auto stride = ConstantIntList(n->input(3)), dilation = ConstantIntList(n->input(5));
            auto weight = n->input(1)->type()->cast<c10::TensorType>();
            if (!stride || !dilation || !weight) return nullptr;
            std::vector<int64_t> pads = {0, 0};
@@ -642,15 +620,15 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
            shape.insert(shape.begin() + d, 1);
            Value* original = piece;
            piece =
-               Insert(g, "aten::unsqueeze", {original, g.insertConstant(d)});
+               InsertOp(g, "aten::unsqueeze", {original, g.insertConstant(d)});
            piece->setType(type->withSizes(shape));
          }
          return Concatenate(g, pieces, d);
        }},
       {"aten::avg_pool2d",
        [](Graph& g, Node* n) -> Value* {
-         auto kernel = IntList(n->input(1)), stride = IntList(n->input(2)),
-              padding = IntList(n->input(3));
+         auto kernel = ConstantIntList(n->input(1)), stride = ConstantIntList(n->input(2)),
+              padding = ConstantIntList(n->input(3));
          auto ceil_mode = ConstantOf(n->input(4)),
               include_pad = ConstantOf(n->input(5)),
               divisor = ConstantOf(n->input(6));
@@ -666,7 +644,7 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        }},
       {"aten::adaptive_avg_pool2d",  // windows that tile the input evenly
        [](Graph& g, Node* n) -> Value* {
-         auto output = IntList(n->input(1));
+         auto output = ConstantIntList(n->input(1));
          auto type = n->input(0)->type()->cast<c10::TensorType>();
          auto sizes = type ? type->sizes().concrete_sizes() : c10::nullopt;
          if (!output || output->size() != 2 || !sizes || sizes->size() != 4) {
@@ -675,7 +653,7 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
                "shape expected");
          }
          if ((*output)[0] == 1 && (*output)[1] == 1) {
-           return Insert(
+           return InsertOp(
                g, "aten::mean",
                {n->input(0), g.insertConstant(std::vector<int64_t>{2, 3}),
                 g.insertConstant(true)});
@@ -698,7 +676,7 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          if (!slope) return Reject("a constant negative_slope expected");
          Value* x = n->input(0);
          return Select(g, "aten::gt", x, Filled(g, x, 0.0), x,
-                       Insert(g, "aten::mul", {x, g.insertConstant(*slope)}));
+                       InsertOp(g, "aten::mul", {x, g.insertConstant(*slope)}));
        }},
       {"aten::elu",
        [](Graph& g, Node* n) -> Value* {
@@ -715,17 +693,17 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        }},
       {"aten::silu",
        [](Graph& g, Node* n) -> Value* {
-         return Insert(
+         return InsertOp(
              g, "aten::mul",
-             {n->input(0), Insert(g, "aten::sigmoid", {n->input(0)})});
+             {n->input(0), InsertOp(g, "aten::sigmoid", {n->input(0)})});
        }},
       {"aten::mish",  // x tanh(softplus(x))
        [](Graph& g, Node* n) -> Value* {
          const int64_t rank = TensorRank(n->input(0));
          if (rank < 0) return Reject("an input of known rank expected");
          Value* soft = Softplus(g, n->input(0), rank);
-         return Insert(g, "aten::mul",
-                       {n->input(0), Insert(g, "aten::tanh", {soft})});
+         return InsertOp(g, "aten::mul",
+                       {n->input(0), InsertOp(g, "aten::tanh", {soft})});
        }},
       {"aten::gelu",
        [](Graph& g, Node* n) -> Value* {
@@ -735,27 +713,27 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          Value* x = n->input(0);
          Value* inner;
          if (approximate->toStringRef() == "none") {  // 1 + erf(x / sqrt 2)
-           inner = Insert(
+           inner = InsertOp(
                g, "aten::erf",
-               {Insert(g, "aten::mul", {x, g.insertConstant(M_SQRT1_2)})});
+               {InsertOp(g, "aten::mul", {x, g.insertConstant(M_SQRT1_2)})});
          } else if (approximate->toStringRef() == "tanh") {
            // 1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))
            Value* cube =
-               Insert(g, "aten::mul", {Insert(g, "aten::mul", {x, x}), x});
-           Value* arg = Insert(
+               InsertOp(g, "aten::mul", {InsertOp(g, "aten::mul", {x, x}), x});
+           Value* arg = InsertOp(
                g, "aten::add",
-               {x, Insert(g, "aten::mul", {cube, g.insertConstant(0.044715)})});
-           inner = Insert(
+               {x, InsertOp(g, "aten::mul", {cube, g.insertConstant(0.044715)})});
+           inner = InsertOp(
                g, "aten::tanh",
-               {Insert(g, "aten::mul",
+               {InsertOp(g, "aten::mul",
                        {arg, g.insertConstant(M_2_SQRTPI * M_SQRT1_2)})});
          } else {
            return Reject("approximate='none' or 'tanh' expected");
          }
-         Value* half_x = Insert(g, "aten::mul", {x, g.insertConstant(0.5)});
-         return Insert(
+         Value* half_x = InsertOp(g, "aten::mul", {x, g.insertConstant(0.5)});
+         return InsertOp(
              g, "aten::mul",
-             {half_x, Insert(g, "aten::add", {inner, g.insertConstant(1.0)})});
+             {half_x, InsertOp(g, "aten::add", {inner, g.insertConstant(1.0)})});
        }},
       {"aten::hardtanh",  // zero gradient at the bounds, as eager
        [](Graph& g, Node* n) -> Value* {
@@ -813,21 +791,21 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          if (b <= 0.0) return Reject("beta > 0 expected");
          Value* x = n->input(0);
          Value* bx =
-             b == 1.0 ? x : Insert(g, "aten::mul", {x, g.insertConstant(b)});
+             b == 1.0 ? x : InsertOp(g, "aten::mul", {x, g.insertConstant(b)});
          Value* soft = Softplus(g, bx, rank);
          if (b != 1.0)
-           soft = Insert(g, "aten::div", {soft, g.insertConstant(b)});
+           soft = InsertOp(g, "aten::div", {soft, g.insertConstant(b)});
          Value* linear =
-             Insert(g, "aten::gt",
+             InsertOp(g, "aten::gt",
                     {bx, g.insertConstant(threshold->toScalar().toDouble())});
-         return Insert(g, "aten::where", {linear, x, soft});
+         return InsertOp(g, "aten::where", {linear, x, soft});
        }},
       {"aten::log_sigmoid",  // -softplus(-x)
        [](Graph& g, Node* n) -> Value* {
          const int64_t rank = TensorRank(n->input(0));
          if (rank < 0) return nullptr;
-         Value* neg = Insert(g, "aten::neg", {n->input(0)});
-         return Insert(g, "aten::neg", {Softplus(g, neg, rank)});
+         Value* neg = InsertOp(g, "aten::neg", {n->input(0)});
+         return InsertOp(g, "aten::neg", {Softplus(g, neg, rank)});
        }},
       {"aten::max",  // max(x): every element; max(a, b): maximum
        [](Graph& g, Node* n) -> Value* {
@@ -836,7 +814,7 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
            return Extremum(g, n->input(0), n->input(1), true);
          }
          if (n->inputs().size() != 1) return nullptr;
-         return Insert(g, "aten::amax",
+         return InsertOp(g, "aten::amax",
                        {n->input(0), g.insertConstant(std::vector<int64_t>{}),
                         g.insertConstant(false)});
        }},
@@ -847,18 +825,18 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
            return Extremum(g, n->input(0), n->input(1), false);
          }
          if (n->inputs().size() != 1) return nullptr;
-         Value* negated = Insert(g, "aten::neg", {n->input(0)});
-         return Insert(
+         Value* negated = InsertOp(g, "aten::neg", {n->input(0)});
+         return InsertOp(
              g, "aten::neg",
-             {Insert(g, "aten::amax",
+             {InsertOp(g, "aten::amax",
                      {negated, g.insertConstant(std::vector<int64_t>{}),
                       g.insertConstant(false)})});
        }},
       {"aten::rsqrt",
        [](Graph& g, Node* n) -> Value* {
-         return Insert(g, "aten::div",
-                       {Insert(g, "aten::ones_like", {n->input(0)}),
-                        Insert(g, "aten::sqrt", {n->input(0)})});
+         return InsertOp(g, "aten::div",
+                       {InsertOp(g, "aten::ones_like", {n->input(0)}),
+                        InsertOp(g, "aten::sqrt", {n->input(0)})});
        }},
       {"aten::dropout",
        [](Graph& g, Node* n) -> Value* {

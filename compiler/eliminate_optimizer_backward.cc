@@ -1,4 +1,5 @@
 #include "compiler/eliminate_optimizer_backward.h"
+#include "compiler/ir_helpers.h"
 
 #include "runtime/options.h"
 
@@ -35,7 +36,6 @@ std::optional<double> Number(Value* v) {
   return std::nullopt;
 }
 
-bool IsTensor(Value* v) { return v->type()->cast<c10::TensorType>() != nullptr; }
 
 bool OneUse(Value* v) { return v->uses().size() == 1; }
 

@@ -1,4 +1,5 @@
 #include "compiler/fuse_elementwise.h"
+#include "compiler/ir_helpers.h"
 
 #include <set>
 #include <unordered_map>
@@ -26,7 +27,6 @@ bool Computes(const Node* node) {
          node->kind() != aten::ones_like;
 }
 
-bool IsTensor(const Value* v) { return v->type()->isSubtypeOf(*c10::TensorType::get()); }
 
 class GroupBuilder {
  public:

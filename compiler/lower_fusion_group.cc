@@ -1,4 +1,7 @@
 #include "compiler/lower_fusion_group.h"
+#include "compiler/ir_helpers.h"
+
+#include "compiler/op_table.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -30,37 +33,13 @@ bool IsConstantNone(const Value* v) {
   return v->node()->kind() == torch::jit::prim::Constant && v->type()->kind() == c10::TypeKind::NoneType;
 }
 
-std::optional<double> ConstantNumber(const Value* v) {
-  if (v->node()->kind() != torch::jit::prim::Constant) return std::nullopt;
-  auto iv = torch::jit::toIValue(v);
-  if (!iv) return std::nullopt;
-  if (iv->isDouble()) return iv->toDouble();
-  if (iv->isInt()) return static_cast<double>(iv->toInt());
-  return std::nullopt;
-}
+using Form = FuserForm;
 
-enum class Form { kUnary, kBinary, kBinaryAlpha, kPowScalar, kCompare, kWhere, kTypeAs,
-                  kExpand, kLike };
-
+// The fuser's form of `node`, from the op table; nullopt when not fused.
 std::optional<Form> FormOf(const Node* node) {
-  static const std::unordered_map<c10::Symbol, Form> forms = {
-      {aten::neg, Form::kUnary},     {aten::exp, Form::kUnary},
-      {aten::log, Form::kUnary},     {aten::tanh, Form::kUnary},
-      {aten::sigmoid, Form::kUnary}, {aten::relu, Form::kUnary},
-      {aten::sqrt, Form::kUnary},    {aten::rsqrt, Form::kUnary},
-      {aten::abs, Form::kUnary},     {aten::mul, Form::kBinary},
-      {aten::div, Form::kBinary},    {aten::add, Form::kBinaryAlpha},
-      {aten::sub, Form::kBinaryAlpha}, {aten::rsub, Form::kBinaryAlpha},
-      {aten::pow, Form::kPowScalar}, {aten::gt, Form::kCompare},
-      {aten::lt, Form::kCompare},    {aten::ge, Form::kCompare},
-      {aten::le, Form::kCompare},    {aten::eq, Form::kCompare},
-      {aten::where, Form::kWhere},   {aten::type_as, Form::kTypeAs},
-      {aten::expand, Form::kExpand}, {aten::zeros_like, Form::kLike},
-      {aten::ones_like, Form::kLike},
-  };
-  auto it = forms.find(node->kind());
-  if (it == forms.end()) return std::nullopt;
-  return it->second;
+  const PrimitiveOp* op = FindPrimitiveOp(node);
+  if (op == nullptr || op->fuser_form == FuserForm::kNone) return std::nullopt;
+  return op->fuser_form;
 }
 
 c10::ScalarType DTypeOf(const Value* v) { return *CompleteTensorType(v)->scalarType(); }
@@ -303,7 +282,6 @@ absl::StatusOr<FusedKernelPlan> Lower(const Node* group) {
         else if (kind == aten::sigmoid) r = b.Sigmoid(x);
         else if (kind == aten::relu) r = b.Relu(x);
         else if (kind == aten::sqrt) r = b.Sqrt(x);
-        else if (kind == aten::rsqrt) r = b.Rsqrt(x);
         else r = b.Abs(x);
         env[out] = r;
         break;

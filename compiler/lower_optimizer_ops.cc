@@ -1,4 +1,5 @@
 #include "compiler/lower_optimizer_ops.h"
+#include "compiler/ir_helpers.h"
 
 #include <unordered_set>
 #include <vector>
@@ -20,11 +21,6 @@ bool DependsOnInputs(Value* v, std::unordered_set<Value*>& seen) {
   return false;
 }
 
-Value* Insert(torch::jit::Graph& g, const char* op,
-              std::vector<torch::jit::NamedValue> args) {
-  return g.insert(c10::Symbol::fromQualString(op), args);
-}
-
 }  // namespace
 
 void LowerOptimizerOps(const std::shared_ptr<torch::jit::Graph>& graph) {
@@ -41,13 +37,13 @@ void LowerOptimizerOps(const std::shared_ptr<torch::jit::Graph>& graph) {
     Value* replacement = nullptr;
     torch::jit::WithInsertPoint guard(n);
     if (kind == "aten::addcmul" || kind == "aten::addcdiv") {
-      Value* prod = Insert(*graph, kind == "aten::addcmul" ? "aten::mul" : "aten::div",
+      Value* prod = InsertOp(*graph, kind == "aten::addcmul" ? "aten::mul" : "aten::div",
                            {n->input(1), n->input(2)});
-      replacement = Insert(*graph, "aten::add",
-                           {n->input(0), Insert(*graph, "aten::mul", {prod, n->input(3)})});
+      replacement = InsertOp(*graph, "aten::add",
+                           {n->input(0), InsertOp(*graph, "aten::mul", {prod, n->input(3)})});
     } else if (kind == "aten::full_like") {
-      replacement = Insert(*graph, "aten::add",
-                           {Insert(*graph, "aten::zeros_like", {n->input(0)}),
+      replacement = InsertOp(*graph, "aten::add",
+                           {InsertOp(*graph, "aten::zeros_like", {n->input(0)}),
                             n->input(1)});
     }
     if (replacement == nullptr) continue;

@@ -1,4 +1,5 @@
 #include "compiler/pipeline.h"
+#include "compiler/ir_helpers.h"
 
 #include <chrono>
 
@@ -92,14 +93,6 @@ runtime::ProgramCode FuseAndLower(std::shared_ptr<Graph> graph, const std::strin
 }
 
 }  // namespace
-
-int64_t CountGraphNodes(const Graph& graph) {
-  int64_t n = 0;
-  for (const torch::jit::Node* node : graph.nodes()) {
-    n += node->kind() != torch::jit::prim::Constant;
-  }
-  return n;
-}
 
 std::vector<int64_t> InnerLoopDifferentiableInputs(const InnerLoopSpec& spec) {
   const InnerLoopLayout& layout = spec.layout;

@@ -109,6 +109,4 @@ SpecializedGraph SpecializeGraph(const torch::jit::Graph& graph,
                                  const runtime::Options& options, const std::string& label,
                                  StageLog* log);
 
-int64_t CountGraphNodes(const torch::jit::Graph& graph);
-
 }  // namespace metafuse::compiler

@@ -1,5 +1,7 @@
 #include "compiler/primitives.h"
 
+#include "compiler/op_table.h"
+
 #include <unordered_set>
 
 namespace metafuse::compiler {
@@ -38,74 +40,6 @@ bool IsScalarArithmetic(const Node* node) {
 }  // namespace
 
 bool IsPrimitive(const Node* node) {
-  static const std::unordered_set<std::string> kPrimitives = {
-      "prim::Constant",
-      "prim::ListConstruct",
-      "prim::TupleConstruct",
-      "prim::TupleUnpack",
-      "prim::ListUnpack",
-      // elementwise
-      "aten::add",
-      "aten::sub",
-      "aten::rsub",
-      "aten::mul",
-      "aten::div",
-      "aten::neg",
-      "aten::exp",
-      "aten::log",
-      "aten::tanh",
-      "aten::sigmoid",
-      "aten::relu",
-      "aten::sqrt",
-      "aten::pow",
-      "aten::sin",
-      "aten::cos",
-      "aten::abs",
-      "aten::erf",
-      "aten::where",
-      "aten::gt",
-      "aten::lt",
-      "aten::ge",
-      "aten::le",
-      "aten::eq",
-      "aten::type_as",
-      "aten::zeros_like",
-      "aten::ones_like",
-      "aten::clone",
-      "aten::contiguous",
-      // reductions
-      "aten::sum",
-      "aten::mean",
-      "aten::logsumexp",
-      "aten::amax",
-      // shape
-      "aten::reshape",
-      "aten::view",
-      "aten::expand",
-      "aten::sum_to_size",
-      "aten::t",
-      "aten::transpose",
-      "aten::unsqueeze",
-      "aten::squeeze",
-      "aten::size",
-      "aten::numel",
-      "aten::flatten",
-      "aten::permute",
-      "aten::constant_pad_nd",
-      // sizes as scalars
-      "aten::Int",
-      "prim::NumToTensor",
-      // linear algebra, convolution, pooling, indexing
-      "aten::mm",
-      "aten::conv_transpose2d",
-      "aten::max_pool2d_with_indices",
-      "aten::gather",
-      "aten::scatter_add",
-      "aten::argmax",
-      "aten::argmin",
-      // fused optimizer update
-      "metafuse::adam",
-  };
   const std::string name = OpName(node);
   if (name == "aten::conv2d") {
     // The padding="same"/"valid" overload and unbatched inputs are
@@ -119,7 +53,7 @@ bool IsPrimitive(const Node* node) {
     return node->inputs().size() == 3 &&
            node->input(1)->type()->kind() == c10::TypeKind::IntType;
   }
-  return kPrimitives.count(name) > 0 || IsScalarArithmetic(node);
+  return FindPrimitiveOp(node) != nullptr || IsScalarArithmetic(node);
 }
 
 }  // namespace metafuse::compiler

@@ -29,12 +29,6 @@ bool IsShapeQuery(const Node* node) {
   return node->kind() == aten::size || node->kind() == numel || node->kind() == aten::dim;
 }
 
-std::vector<int64_t> ConstantIntList(const Value* v) {
-  auto ivalue = torch::jit::toIValue(v);
-  if (!ivalue || !ivalue->isIntList()) return {};
-  return ivalue->toIntVector();
-}
-
 // The value a no-op shape node passes through, or nullptr.
 Value* IdentityOf(Node* node) {
   const auto kind = node->kind();
