@@ -1,31 +1,25 @@
-// metafuse::adadelta / adadelta_multi: Adadelta, fused, with the exact
-// closed-form backward.
-#include <torch/library.h>
-
-#include "kernels/fused_step.h"
-#include "kernels/optimizers.h"
+// metafuse::adadelta / adadelta_multi / adadelta_multi_: Adadelta, fused,
+// with the exact closed-form backward.
+#include "kernels/fused_op.h"
 
 namespace metafuse {
 namespace kernels {
 namespace {
 
-struct Adadelta {
+struct Adadelta : FusedOptimizer {
   static constexpr const char* kName = "adadelta";
+  static constexpr StateArg kStates[] = {{"square_avg", "square_avgs"},
+                                         {"acc_delta", "acc_deltas"}};
+  static constexpr const char* kOptions =
+      "float lr=1.0, float rho=0.9, float eps=1e-6, float weight_decay=0.0, "
+      "bool maximize=False";
   // r1 = sqrt(square_avg' + eps), r2 = sqrt(acc_delta + eps)
   static constexpr int kNumAux = 2;
-  static constexpr int kNumVariants = 1;
   struct Hyper {
     double lr, rho, eps, weight_decay, maximize;
   };
   template <typename A>
   using Coeffs = AdadeltaCoeffs<A>;
-
-  static constexpr int NumStates(int) { return 2; }
-  static const char* StateName(int j) {
-    return j == 0 ? "square_avgs" : "acc_deltas";
-  }
-  static int Variant(const Hyper&) { return 0; }
-  static bool UsesParam(const Hyper& h) { return h.weight_decay != 0.0; }
 
   static void Check(const Hyper& h) {
     TORCH_CHECK(h.rho >= 0.0 && h.rho <= 1.0,
@@ -85,69 +79,11 @@ struct Adadelta {
   }
 };
 
-std::tuple<TensorVec, TensorVec, TensorVec> adadelta_multi_impl(
-    at::TensorList grads, at::TensorList square_avgs,
-    at::TensorList acc_deltas, at::TensorList params, double lr, double rho,
-    double eps, double weight_decay, bool maximize) {
-  const Adadelta::Hyper h{lr, rho, eps, weight_decay, maximize ? 1.0 : 0.0};
-  StepOutputs out =
-      FusedStep<Adadelta>(h, grads, params, {square_avgs, acc_deltas});
-  return {out.updates, out.states[0], out.states[1]};
-}
-
-void adadelta_multi_inplace_impl(
-    at::TensorList grads, at::TensorList square_avgs,
-    at::TensorList acc_deltas, at::TensorList params, double lr, double rho,
-    double eps, double weight_decay, bool maximize) {
-  const Adadelta::Hyper h{lr, rho, eps, weight_decay, maximize ? 1.0 : 0.0};
-  FusedStepInPlace<Adadelta>(h, params, grads, {square_avgs, acc_deltas});
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> adadelta_impl(
-    const at::Tensor& grad, const at::Tensor& square_avg,
-    const at::Tensor& acc_delta, const c10::optional<at::Tensor>& param,
-    double lr, double rho, double eps, double weight_decay, bool maximize) {
-  auto [u, sq, acc] = adadelta_multi_impl({grad}, {square_avg}, {acc_delta},
-                                          ListOf(param), lr, rho, eps,
-                                          weight_decay, maximize);
-  return {u[0], sq[0], acc[0]};
-}
-
 }  // namespace
 }  // namespace kernels
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> adadelta(
-    const at::Tensor& grad, const at::Tensor& square_avg,
-    const at::Tensor& acc_delta, const c10::optional<at::Tensor>& param,
-    double lr, double rho, double eps, double weight_decay, bool maximize) {
-  METAFUSE_CALL_OP("adadelta", adadelta, grad, square_avg, acc_delta, param,
-                   lr, rho, eps, weight_decay, maximize);
-}
-
-std::tuple<TensorVec, TensorVec, TensorVec> adadelta_multi(
-    at::TensorList grads, at::TensorList square_avgs,
-    at::TensorList acc_deltas, at::TensorList params, double lr, double rho,
-    double eps, double weight_decay, bool maximize) {
-  METAFUSE_CALL_OP("adadelta_multi", adadelta_multi, grads, square_avgs,
-                   acc_deltas, params, lr, rho, eps, weight_decay, maximize);
-}
-
 TORCH_LIBRARY_FRAGMENT(metafuse, m) {
-  m.def("adadelta(Tensor grad, Tensor square_avg, Tensor acc_delta, "
-        "Tensor? param=None, *, float lr=1.0, float rho=0.9, float eps=1e-6, "
-        "float weight_decay=0.0, bool maximize=False) "
-        "-> (Tensor update, Tensor square_avg, Tensor acc_delta)",
-        TORCH_FN(kernels::adadelta_impl));
-  m.def("adadelta_multi(Tensor[] grads, Tensor[] square_avgs, "
-        "Tensor[] acc_deltas, Tensor[] params, *, float lr=1.0, float rho=0.9, "
-        "float eps=1e-6, float weight_decay=0.0, bool maximize=False) "
-        "-> (Tensor[] updates, Tensor[] square_avgs, Tensor[] acc_deltas)",
-        TORCH_FN(kernels::adadelta_multi_impl));
-  m.def("adadelta_multi_(Tensor[] grads, Tensor(a!)[] square_avgs, "
-        "Tensor(b!)[] acc_deltas, Tensor(c!)[] params, *, float lr=1.0, "
-        "float rho=0.9, float eps=1e-6, float weight_decay=0.0, "
-        "bool maximize=False) -> ()",
-        TORCH_FN(kernels::adadelta_multi_inplace_impl));
+  kernels::RegisterFusedOp<kernels::Adadelta>(m);
 }
 
 }  // namespace metafuse

@@ -71,24 +71,62 @@ MF_HD void AdamElement(const AdamCoeffs<A>& c, A g, A p, A mu, A nu, A* update,
   *root = r;
 }
 
-// Adam's first-order backward, fused (the autograd path uses it when no
-// graph of the backward is wanted). Same closed form as Adam::Backward in
-// kernels/adam.cc, from the saved mu' and r: nothing is recomputed but ge.
-template <typename A>
-MF_HD void AdamBackwardElement(const AdamCoeffs<A>& c, A g, A p, A mu_new,
+// The moment part of Adam's closed-form backward, given G_mu' and G_nu' (all
+// that reaches the new moments); the contract on A and C is
+// AdamBackwardElement's, below:
+//   ge = sign g + l2 p
+//   grad_mu = b1 G_mu',  grad_nu = b2 G_nu'
+//   grad_ge = (1-b1) G_mu' + 2 (1-b2) ge G_nu'
+//   grad_g = sign grad_ge,  grad_p = l2 grad_ge - lr wd_decoupled gu
+// RAdam's unrectified steps (update = -(lr/bc1) mu' - dec p) use it alone.
+template <typename A, typename C = A>
+MF_HD void AdamMomentBackward(const AdamCoeffs<C>& c, A g, A p, A grad_u,
+                              A g_mu, A g_nu, A* grad_g, A* grad_p,
+                              A* grad_mu, A* grad_nu) {
+  const A ge = c.sign * g + c.l2 * p;
+  const A grad_ge = c.one_minus_b1 * g_mu + C(2) * c.one_minus_b2 * ge * g_nu;
+  *grad_g = c.sign * grad_ge;
+  *grad_p = c.l2 * grad_ge - c.decoupled * grad_u;
+  *grad_mu = c.b1 * g_mu;
+  *grad_nu = c.b2 * g_nu;
+}
+
+// Adam's closed-form backward, written once: the fused first-order backward
+// (CPU element loop and CUDA kernel, A = C = float or double), the ATen
+// backward that serves every order (A = at::Tensor, C = double; see
+// AdamFamily::TensorBackward) and the compiler's derivative rule (A = a
+// symbolic IR value, C = double) all instantiate this template.
+//
+// With incoming gradients gu, gmu', gnu' of (update, mu', nu'),
+// K = step = lr / bc1 and D = r + eps:
+//   G_mu' = gmu' - K gu / D                    (d update / d mu' = -K / D)
+//   G_r   = K gu mu' / D^2                     (d update / d r; D = r + eps exactly)
+//   G_nu' = gnu' + G_r inv_bc2 / (2 r)         (d r / d nu' from the saved r)
+// then AdamMomentBackward. No square root is recomputed and none is
+// differentiated: 1/(2r) uses the saved root r = sqrt(nu' inv_bc2 +
+// eps_root), which is >= sqrt(eps_root) > 0 when eps_root > 0. With
+// step = lr rect sqrt(bc2) / bc1 and inv_bc2 = 1 it is RAdam's rectified step.
+//
+// The contract on the two types (keep it when editing; this header stays
+// torch-free for nvcc):
+//   A, the value type: copy-constructible, assignable through a pointer
+//     (*out = a), and closed under + - * / between two A values, and under
+//     A + C, A * C and C * A. Nothing else: no A literals (no A(0.5)), no
+//     unary minus, no functions (sqrt, fabs), no comparisons.
+//   C, the coefficient type: a scalar constructible from a double literal and
+//     closed under C * C (C(0.5) * c.inv_bc2 is a C).
+// Every constant is therefore written as a C, e.g. C(0.5) * c.inv_bc2.
+template <typename A, typename C = A>
+MF_HD void AdamBackwardElement(const AdamCoeffs<C>& c, A g, A p, A mu_new,
                                A r, A grad_u, A grad_mu_new, A grad_nu_new,
                                A* grad_g, A* grad_p, A* grad_mu,
                                A* grad_nu) {
   const A d = r + c.eps;
   const A t = grad_u * c.step / d;
   const A g_mu = grad_mu_new - t;
-  const A g_nu = grad_nu_new + (t * mu_new / d) * (A(0.5) * c.inv_bc2) / r;
-  const A ge = c.sign * g + c.l2 * p;
-  const A grad_ge = c.one_minus_b1 * g_mu + A(2) * c.one_minus_b2 * ge * g_nu;
-  *grad_g = c.sign * grad_ge;
-  *grad_p = c.l2 * grad_ge - c.decoupled * grad_u;
-  *grad_mu = c.b1 * g_mu;
-  *grad_nu = c.b2 * g_nu;
+  const A g_nu = grad_nu_new + (t * mu_new / d) * (C(0.5) * c.inv_bc2) / r;
+  AdamMomentBackward<A, C>(c, g, p, grad_u, g_mu, g_nu, grad_g, grad_p,
+                           grad_mu, grad_nu);
 }
 
 // SGD with momentum (torch.optim numbers: the first step stores ge itself).
