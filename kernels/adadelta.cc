@@ -40,31 +40,15 @@ struct Adadelta : FusedOptimizer {
     AdadeltaElement<A>(c, g, p, s0, s1, u, o0, o1, x0, x1);
   }
 
-  // delta = r2 ge / r1, update = -lr delta, acc' = rho acc + (1-rho) delta^2:
-  //   G_delta = -lr gu + 2 (1-rho) delta grad_acc'
-  //   G_r1 = grad_r1 - G_delta delta / r1,  G_r2 = grad_r2 + G_delta ge / r1
-  //   G_sq' = grad_sq' + G_r1 / (2 r1)
-  //   grad_sq = rho G_sq',  grad_acc = rho grad_acc' + G_r2 / (2 r2)
-  //   grad_ge = G_delta r2 / r1 + 2 (1-rho) ge G_sq'
+  // Every order: AdadeltaBackwardElement (kernels/optim_math.h) on tensors.
   static std::vector<at::Tensor> Backward(const Hyper& h, int,
                                           const SavedStep& s) {
-    const at::Tensor& r1 = s.aux[0];
-    const at::Tensor& r2 = s.aux[1];
-    const at::Tensor ge = EffectiveGrad(s, SignOf(h.maximize), h.weight_decay);
-    const at::Tensor ratio = r2 / r1;
-    const at::Tensor delta = ratio * ge;
-    const at::Tensor g_delta =
-        delta * s.grad_s[1] * (2.0 * (1.0 - h.rho)) - s.grad_u * h.lr;
-    const at::Tensor g_r1 = AddOpt(-(g_delta * delta / r1), s.grad_aux[0]);
-    const at::Tensor g_r2 = AddOpt(g_delta * ge / r1, s.grad_aux[1]);
-    const at::Tensor g_sq = s.grad_s[0] + g_r1 / r1 * 0.5;
-    const at::Tensor grad_ge =
-        g_delta * ratio + ge * g_sq * (2.0 * (1.0 - h.rho));
-    std::vector<at::Tensor> out = GradsFromEffective(
-        s, grad_ge, SignOf(h.maximize), h.weight_decay, 0.0);
-    out.push_back(g_sq * h.rho);
-    out.push_back(s.grad_s[1] * h.rho + g_r2 / r2 * 0.5);
-    return out;
+    at::Tensor grad_g, grad_p, grad_sq, grad_acc;
+    AdadeltaBackwardElement<at::Tensor, double>(
+        MakeCoeffs<double>(h), s.g, OrZero(s, s.p), s.aux[0], s.aux[1],
+        s.grad_u, s.grad_s[0], s.grad_s[1], OrZero(s, s.grad_aux[0]),
+        OrZero(s, s.grad_aux[1]), &grad_g, &grad_p, &grad_sq, &grad_acc);
+    return {grad_g, ParamGrad(s, grad_p), grad_sq, grad_acc};
   }
 
   // The same closed form, one element at a time (fused_backward.h).
@@ -74,8 +58,8 @@ struct Adadelta : FusedOptimizer {
                                      A, A, A, A r1, A r2, A gu, A gsq, A gacc,
                                      A, A* grad_g, A* grad_p, A* grad_sq,
                                      A* grad_acc, A*) {
-    AdadeltaBackwardElement<A>(c, g, p, r1, r2, gu, gsq, gacc, grad_g, grad_p,
-                               grad_sq, grad_acc);
+    AdadeltaBackwardElement<A>(c, g, p, r1, r2, gu, gsq, gacc, A(0), A(0),
+                               grad_g, grad_p, grad_sq, grad_acc);
   }
 };
 

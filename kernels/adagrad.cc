@@ -19,10 +19,6 @@ struct Adagrad : FusedOptimizer {
   template <typename A>
   using Coeffs = AdagradCoeffs<A>;
 
-  static double Clr(const Hyper& h) {
-    return h.lr / (1.0 + (h.count - 1.0) * h.lr_decay);
-  }
-
   static void Check(const Hyper& h) {
     CheckCount(kName, static_cast<int64_t>(h.count));
     TORCH_CHECK(h.lr_decay >= 0.0,
@@ -45,22 +41,20 @@ struct Adagrad : FusedOptimizer {
     AdagradElement<A>(c, g, p, s0, u, o0, x0);
   }
 
-  // update = -clr ge / D, D = r + eps, r = sqrt(sum' + eps_root):
-  //   G_r = grad_r + clr gu ge / D^2,  G_sum' = grad_sum' + G_r / (2 r)
-  //   grad_sum = G_sum',  grad_ge = -clr gu / D + 2 ge G_sum'
+  // Every order: AdagradBackwardElement (kernels/optim_math.h) on tensors. A
+  // gradient reaching the saved root r itself enters like one reaching sum':
+  // grad_sum' += grad_r / (2 r).
   static std::vector<at::Tensor> Backward(const Hyper& h, int,
                                           const SavedStep& s) {
     const at::Tensor& r = s.aux[0];
-    const at::Tensor d = r + h.eps;
-    const at::Tensor ge = EffectiveGrad(s, SignOf(h.maximize), h.weight_decay);
-    const at::Tensor t = s.grad_u * Clr(h) / d;
-    const at::Tensor g_r = AddOpt(t * ge / d, s.grad_aux[0]);
-    const at::Tensor g_sum = s.grad_s[0] + g_r / r * 0.5;
-    const at::Tensor grad_ge = ge * g_sum * 2.0 - t;
-    std::vector<at::Tensor> out = GradsFromEffective(
-        s, grad_ge, SignOf(h.maximize), h.weight_decay, 0.0);
-    out.push_back(g_sum);
-    return out;
+    const at::Tensor g_sum = AddOpt(s.grad_s[0], s.grad_aux[0].defined()
+                                                     ? s.grad_aux[0] / r * 0.5
+                                                     : at::Tensor());
+    at::Tensor grad_g, grad_p, grad_sum;
+    AdagradBackwardElement<at::Tensor, double>(
+        MakeCoeffs<double>(h), s.g, OrZero(s, s.p), r, s.grad_u, g_sum,
+        &grad_g, &grad_p, &grad_sum);
+    return {grad_g, ParamGrad(s, grad_p), grad_sum};
   }
 
   // The same closed form, one element at a time (fused_backward.h).

@@ -53,8 +53,7 @@ struct AdamFamily : FusedOptimizer {
       const AdamCoeffs<double>& c, const SavedStep& s,
       std::optional<double> plain_step = std::nullopt) {
     const at::Tensor& r = s.aux[0];
-    // Without weight decay the param is not saved; it enters times l2 = 0.
-    const at::Tensor p = s.p.defined() ? s.p : at::zeros({}, s.g.options());
+    const at::Tensor p = OrZero(s, s.p);
     const at::Tensor g_nu =
         s.grad_aux[0].defined()
             ? s.grad_s[1] + s.grad_aux[0] * (0.5 * c.inv_bc2) / r
@@ -69,7 +68,7 @@ struct AdamFamily : FusedOptimizer {
           c, s.g, p, s.s_out[0], r, s.grad_u, s.grad_s[0], g_nu, &grad_g,
           &grad_p, &grad_mu, &grad_nu);
     }
-    return {grad_g, s.p.defined() ? grad_p : at::Tensor(), grad_mu, grad_nu};
+    return {grad_g, ParamGrad(s, grad_p), grad_mu, grad_nu};
   }
 };
 

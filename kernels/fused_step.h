@@ -431,6 +431,21 @@ struct SavedStep {
   std::vector<at::Tensor> grad_s, grad_aux;
 };
 
+// What the closed-form element backwards of optim_math.h see of a saved step
+// when they run on tensors (A = at::Tensor, C = double): an absent value (the
+// param without weight decay, an unused state, an undefined gradient) is a
+// zero scalar, which the formulas multiply by a zero coefficient or add.
+inline at::Tensor ZeroOf(const SavedStep& s) {
+  return at::zeros({}, s.g.options());
+}
+inline at::Tensor OrZero(const SavedStep& s, const at::Tensor& t) {
+  return t.defined() ? t : ZeroOf(s);
+}
+// grad_p back to the caller: only where the param was saved.
+inline at::Tensor ParamGrad(const SavedStep& s, const at::Tensor& grad_p) {
+  return s.p.defined() ? grad_p : at::Tensor();
+}
+
 // a + b where an undefined tensor is zero.
 inline at::Tensor AddOpt(const at::Tensor& a, const at::Tensor& b) {
   if (!a.defined()) return b;

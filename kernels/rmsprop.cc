@@ -68,36 +68,23 @@ struct RmsProp : FusedOptimizer {
     if (HasMomentum(V)) *(Centered(V) ? o2 : o1) = buf_out;
   }
 
-  // q = ge / D, D = r + eps, r^2 = sq' - c ga'^2 + eps_root:
-  //   G_q   = grad_buf' - lr gu (momentum), -lr gu (none); grad_buf = m G_q
-  //   G_r   = grad_r - G_q ge / D^2,  G_v = G_r / (2 r)
-  //   G_sq' = grad_sq' + G_v,  G_ga' = grad_ga' - 2 ga' G_v  (centered)
-  //   grad_ge = G_q / D + 2 (1-a) ge G_sq' + (1-a) G_ga'
+  // Every order: RmsPropBackwardElement (kernels/optim_math.h) on tensors;
+  // the states a variant does not use enter as zeros.
   static std::vector<at::Tensor> Backward(const Hyper& h, int variant,
                                           const SavedStep& s) {
     const bool centered = Centered(variant);
     const bool momentum = HasMomentum(variant);
     const int buf = centered ? 2 : 1;
-    const at::Tensor& r = s.aux[0];
-    const at::Tensor d = r + h.eps;
-    const at::Tensor ge = EffectiveGrad(s, SignOf(h.maximize), h.weight_decay);
-    const at::Tensor g_q =
-        momentum ? s.grad_s[buf] - s.grad_u * h.lr : s.grad_u * -h.lr;
-    const at::Tensor g_q_over_d = g_q / d;
-    const at::Tensor g_r = AddOpt(-(g_q_over_d * ge / d), s.grad_aux[0]);
-    const at::Tensor g_v = g_r / r * 0.5;
-    const at::Tensor g_sq = s.grad_s[0] + g_v;
-    at::Tensor grad_ge = g_q_over_d + ge * g_sq * (2.0 * (1.0 - h.alpha));
-    at::Tensor g_ga;
-    if (centered) {
-      g_ga = s.grad_s[1] - s.s_out[1] * g_v * 2.0;
-      grad_ge = grad_ge + g_ga * (1.0 - h.alpha);
-    }
-    std::vector<at::Tensor> out = GradsFromEffective(
-        s, grad_ge, SignOf(h.maximize), h.weight_decay, 0.0);
-    out.push_back(g_sq * h.alpha);
-    if (centered) out.push_back(g_ga * h.alpha);
-    if (momentum) out.push_back(g_q * h.momentum);
+    at::Tensor grad_g, grad_p, grad_sq, grad_ga, grad_buf;
+    RmsPropBackwardElement<at::Tensor, double>(
+        MakeCoeffs<double>(h), s.g, OrZero(s, s.p),
+        centered ? s.s_out[1] : ZeroOf(s), s.aux[0], s.grad_u, s.grad_s[0],
+        centered ? s.grad_s[1] : ZeroOf(s),
+        momentum ? s.grad_s[buf] : ZeroOf(s), OrZero(s, s.grad_aux[0]),
+        &grad_g, &grad_p, &grad_sq, &grad_ga, &grad_buf);
+    std::vector<at::Tensor> out{grad_g, ParamGrad(s, grad_p), grad_sq};
+    if (centered) out.push_back(grad_ga);
+    if (momentum) out.push_back(grad_buf);
     return out;
   }
 
@@ -113,8 +100,8 @@ struct RmsProp : FusedOptimizer {
     const A g_ga = Centered(V) ? go1 : A(0);
     const A g_buf = HasMomentum(V) ? (Centered(V) ? go2 : go1) : A(0);
     A grad_ga, grad_buf;
-    RmsPropBackwardElement<A>(c, g, p, ga_new, r, gu, go0, g_ga, g_buf, grad_g,
-                              grad_p, gs0, &grad_ga, &grad_buf);
+    RmsPropBackwardElement<A>(c, g, p, ga_new, r, gu, go0, g_ga, g_buf, A(0),
+                              grad_g, grad_p, gs0, &grad_ga, &grad_buf);
     if (Centered(V)) *gs1 = grad_ga;
     if (HasMomentum(V)) *(Centered(V) ? gs2 : gs1) = grad_buf;
   }

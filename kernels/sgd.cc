@@ -47,25 +47,15 @@ struct Sgd : FusedOptimizer {
     SgdElement<A>(c, g, p, s0, u, o0);
   }
 
-  // update = -lr (nest_g ge + nest_b buf'), buf' = keep buf + take ge:
-  //   G_buf' = grad_buf' - lr nest_b gu
-  //   grad_buf = keep G_buf',  grad_ge = take G_buf' - lr nest_g gu
+  // Every order: SgdBackwardElement (kernels/optim_math.h) on tensors, with
+  // the forward's own coefficients (torch.optim's first step included).
   static std::vector<at::Tensor> Backward(const Hyper& h, int variant,
                                           const SavedStep& s) {
-    at::Tensor grad_ge;
-    at::Tensor grad_buf;
-    if (variant == 0) {
-      grad_ge = s.grad_u * -h.lr;
-    } else {
-      // The forward's own coefficients (torch.optim's first step included).
-      const SgdCoeffs<double> c = MakeCoeffs<double>(h);
-      const at::Tensor g_buf = s.grad_s[0] - s.grad_u * (h.lr * c.nest_b);
-      grad_buf = g_buf * c.keep;
-      grad_ge = g_buf * c.take;
-      if (h.nesterov) grad_ge = grad_ge - s.grad_u * h.lr;
-    }
-    std::vector<at::Tensor> out = GradsFromEffective(
-        s, grad_ge, SignOf(h.maximize), h.weight_decay, 0.0);
+    at::Tensor grad_g, grad_p, grad_buf;
+    SgdBackwardElement<at::Tensor, double>(
+        MakeCoeffs<double>(h), s.grad_u,
+        variant == 1 ? s.grad_s[0] : ZeroOf(s), &grad_g, &grad_p, &grad_buf);
+    std::vector<at::Tensor> out{grad_g, ParamGrad(s, grad_p)};
     if (variant == 1) out.push_back(grad_buf);
     return out;
   }
