@@ -36,8 +36,8 @@ struct AdamFamily : FusedOptimizer {
 
   template <typename A>
   static AdamCoeffs<A> MakeAdamCoeffsOf(const Hyper& h) {
-    return MakeAdamCoeffs<A>(static_cast<int64_t>(h.count), h.lr, h.b1,
-                             h.b2, h.eps, h.eps_root, h.weight_decay,
+    return MakeAdamCoeffs<A>(static_cast<int64_t>(h.count), h.lr, h.b1, h.b2,
+                             h.eps, h.eps_root, h.weight_decay,
                              h.decoupled != 0.0, h.maximize != 0.0);
   }
 

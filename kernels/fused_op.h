@@ -77,8 +77,8 @@ struct OptionType<'b'> {
   using type = bool;
 };
 
-template <class Opt, class Is = std::make_index_sequence<
-                         CountOptions(Opt::kOptions)>>
+template <class Opt,
+          class Is = std::make_index_sequence<CountOptions(Opt::kOptions)>>
 struct OptionTypes;
 template <class Opt, std::size_t... I>
 struct OptionTypes<Opt, std::index_sequence<I...>> {
@@ -148,15 +148,14 @@ struct FusedOp<Opt, std::index_sequence<J...>,
       }
       TORCH_CHECK(lists[slot].empty(), "metafuse::", Opt::kName, ": ",
                   Opt::kStates[slot].absent, "; pass an empty `",
-                  Opt::kStates[slot].list, "` (None), got ",
-                  lists[slot].size(), " tensor(s)");
+                  Opt::kStates[slot].list, "` (None), got ", lists[slot].size(),
+                  " tensor(s)");
     }
     return used;
   }
 
   // The new state of argument `slot` (an empty list where it is unused).
-  static TensorVec StateOut(const Hyper& h, const StepOutputs& out,
-                            int slot) {
+  static TensorVec StateOut(const Hyper& h, const StepOutputs& out, int slot) {
     const int variant = Opt::Variant(h);
     for (int j = 0; j < NumStates<Opt>(variant); ++j) {
       if (StateSlot<Opt>(variant, j) == slot) return out.states[j];
@@ -165,11 +164,12 @@ struct FusedOp<Opt, std::index_sequence<J...>,
   }
 
   static std::tuple<TensorVec, Vecs<J>...> Multi(at::TensorList grads,
-                                                  Lists<J>... states,
-                                                  at::TensorList params,
-                                                  O... options) {
+                                                 Lists<J>... states,
+                                                 at::TensorList params,
+                                                 O... options) {
     const Hyper h = MakeHyper(options...);
-    StepOutputs out = FusedStep<Opt>(h, grads, params, UsedStates(h, {states...}));
+    StepOutputs out =
+        FusedStep<Opt>(h, grads, params, UsedStates(h, {states...}));
     return {out.updates, StateOut(h, out, J)...};
   }
 

@@ -14,6 +14,7 @@
 //   template <A, V> Element(c, g, p, s0, s1, s2, &u, &o0, &o1, &o2, &x0, &x1)
 //     (the used states in and out in argument order, then the aux values)
 //   Backward(h, variant, SavedStep) -> {grad_g, grad_p, grad_states...}
+//   optionally kFusedBackward and BackwardElement (kernels/fused_backward.h)
 #pragma once
 
 #include <ATen/ATen.h>

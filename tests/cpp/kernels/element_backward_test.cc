@@ -70,7 +70,8 @@ TEST(ElementBackwardContract, RmsProp) {
 }
 
 TEST(ElementBackwardContract, Adagrad) {
-  const auto c = MakeAdagradCoeffs<double>(4, 0.01, 0.1, 0.1, 1e-10, 1e-6, true);
+  const auto c =
+      MakeAdagradCoeffs<double>(4, 0.01, 0.1, 0.1, 1e-10, 1e-6, true);
   double d[3];
   AdagradBackwardElement<double>(c, 0.3, -0.7, 0.5, 1.1, -0.4, &d[0], &d[1],
                                  &d[2]);
