@@ -1,31 +1,25 @@
-// metafuse::adadelta / adadelta_multi: Adadelta, fused, with the exact
-// closed-form backward.
-#include <torch/library.h>
-
-#include "kernels/fused_step.h"
-#include "kernels/optimizers.h"
+// metafuse::adadelta / adadelta_multi / adadelta_multi_: Adadelta, fused,
+// with the exact closed-form backward.
+#include "kernels/fused_op.h"
 
 namespace metafuse {
 namespace kernels {
 namespace {
 
-struct Adadelta {
+struct Adadelta : FusedOptimizer {
   static constexpr const char* kName = "adadelta";
+  static constexpr StateArg kStates[] = {{"square_avg", "square_avgs"},
+                                         {"acc_delta", "acc_deltas"}};
+  static constexpr const char* kOptions =
+      "float lr=1.0, float rho=0.9, float eps=1e-6, float weight_decay=0.0, "
+      "bool maximize=False";
   // r1 = sqrt(square_avg' + eps), r2 = sqrt(acc_delta + eps)
   static constexpr int kNumAux = 2;
-  static constexpr int kNumVariants = 1;
   struct Hyper {
     double lr, rho, eps, weight_decay, maximize;
   };
   template <typename A>
   using Coeffs = AdadeltaCoeffs<A>;
-
-  static constexpr int NumStates(int) { return 2; }
-  static const char* StateName(int j) {
-    return j == 0 ? "square_avgs" : "acc_deltas";
-  }
-  static int Variant(const Hyper&) { return 0; }
-  static bool UsesParam(const Hyper& h) { return h.weight_decay != 0.0; }
 
   static void Check(const Hyper& h) {
     TORCH_CHECK(h.rho >= 0.0 && h.rho <= 1.0,
@@ -46,31 +40,15 @@ struct Adadelta {
     AdadeltaElement<A>(c, g, p, s0, s1, u, o0, o1, x0, x1);
   }
 
-  // delta = r2 ge / r1, update = -lr delta, acc' = rho acc + (1-rho) delta^2:
-  //   G_delta = -lr gu + 2 (1-rho) delta grad_acc'
-  //   G_r1 = grad_r1 - G_delta delta / r1,  G_r2 = grad_r2 + G_delta ge / r1
-  //   G_sq' = grad_sq' + G_r1 / (2 r1)
-  //   grad_sq = rho G_sq',  grad_acc = rho grad_acc' + G_r2 / (2 r2)
-  //   grad_ge = G_delta r2 / r1 + 2 (1-rho) ge G_sq'
+  // Every order: AdadeltaBackwardElement (kernels/optim_math.h) on tensors.
   static std::vector<at::Tensor> Backward(const Hyper& h, int,
                                           const SavedStep& s) {
-    const at::Tensor& r1 = s.aux[0];
-    const at::Tensor& r2 = s.aux[1];
-    const at::Tensor ge = EffectiveGrad(s, SignOf(h.maximize), h.weight_decay);
-    const at::Tensor ratio = r2 / r1;
-    const at::Tensor delta = ratio * ge;
-    const at::Tensor g_delta =
-        delta * s.grad_s[1] * (2.0 * (1.0 - h.rho)) - s.grad_u * h.lr;
-    const at::Tensor g_r1 = AddOpt(-(g_delta * delta / r1), s.grad_aux[0]);
-    const at::Tensor g_r2 = AddOpt(g_delta * ge / r1, s.grad_aux[1]);
-    const at::Tensor g_sq = s.grad_s[0] + g_r1 / r1 * 0.5;
-    const at::Tensor grad_ge =
-        g_delta * ratio + ge * g_sq * (2.0 * (1.0 - h.rho));
-    std::vector<at::Tensor> out = GradsFromEffective(
-        s, grad_ge, SignOf(h.maximize), h.weight_decay, 0.0);
-    out.push_back(g_sq * h.rho);
-    out.push_back(s.grad_s[1] * h.rho + g_r2 / r2 * 0.5);
-    return out;
+    at::Tensor grad_g, grad_p, grad_sq, grad_acc;
+    AdadeltaBackwardElement<at::Tensor, double>(
+        MakeCoeffs<double>(h), s.g, OrZero(s, s.p), s.aux[0], s.aux[1],
+        s.grad_u, s.grad_s[0], s.grad_s[1], OrZero(s, s.grad_aux[0]),
+        OrZero(s, s.grad_aux[1]), &grad_g, &grad_p, &grad_sq, &grad_acc);
+    return {grad_g, ParamGrad(s, grad_p), grad_sq, grad_acc};
   }
 
   // The same closed form, one element at a time (fused_backward.h).
@@ -80,74 +58,16 @@ struct Adadelta {
                                      A, A, A, A r1, A r2, A gu, A gsq, A gacc,
                                      A, A* grad_g, A* grad_p, A* grad_sq,
                                      A* grad_acc, A*) {
-    AdadeltaBackwardElement<A>(c, g, p, r1, r2, gu, gsq, gacc, grad_g, grad_p,
-                               grad_sq, grad_acc);
+    AdadeltaBackwardElement<A>(c, g, p, r1, r2, gu, gsq, gacc, A(0), A(0),
+                               grad_g, grad_p, grad_sq, grad_acc);
   }
 };
-
-std::tuple<TensorVec, TensorVec, TensorVec> adadelta_multi_impl(
-    at::TensorList grads, at::TensorList square_avgs,
-    at::TensorList acc_deltas, at::TensorList params, double lr, double rho,
-    double eps, double weight_decay, bool maximize) {
-  const Adadelta::Hyper h{lr, rho, eps, weight_decay, maximize ? 1.0 : 0.0};
-  StepOutputs out =
-      FusedStep<Adadelta>(h, grads, params, {square_avgs, acc_deltas});
-  return {out.updates, out.states[0], out.states[1]};
-}
-
-void adadelta_multi_inplace_impl(
-    at::TensorList grads, at::TensorList square_avgs,
-    at::TensorList acc_deltas, at::TensorList params, double lr, double rho,
-    double eps, double weight_decay, bool maximize) {
-  const Adadelta::Hyper h{lr, rho, eps, weight_decay, maximize ? 1.0 : 0.0};
-  FusedStepInPlace<Adadelta>(h, params, grads, {square_avgs, acc_deltas});
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> adadelta_impl(
-    const at::Tensor& grad, const at::Tensor& square_avg,
-    const at::Tensor& acc_delta, const c10::optional<at::Tensor>& param,
-    double lr, double rho, double eps, double weight_decay, bool maximize) {
-  auto [u, sq, acc] = adadelta_multi_impl({grad}, {square_avg}, {acc_delta},
-                                          ListOf(param), lr, rho, eps,
-                                          weight_decay, maximize);
-  return {u[0], sq[0], acc[0]};
-}
 
 }  // namespace
 }  // namespace kernels
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> adadelta(
-    const at::Tensor& grad, const at::Tensor& square_avg,
-    const at::Tensor& acc_delta, const c10::optional<at::Tensor>& param,
-    double lr, double rho, double eps, double weight_decay, bool maximize) {
-  METAFUSE_CALL_OP("adadelta", adadelta, grad, square_avg, acc_delta, param,
-                   lr, rho, eps, weight_decay, maximize);
-}
-
-std::tuple<TensorVec, TensorVec, TensorVec> adadelta_multi(
-    at::TensorList grads, at::TensorList square_avgs,
-    at::TensorList acc_deltas, at::TensorList params, double lr, double rho,
-    double eps, double weight_decay, bool maximize) {
-  METAFUSE_CALL_OP("adadelta_multi", adadelta_multi, grads, square_avgs,
-                   acc_deltas, params, lr, rho, eps, weight_decay, maximize);
-}
-
 TORCH_LIBRARY_FRAGMENT(metafuse, m) {
-  m.def("adadelta(Tensor grad, Tensor square_avg, Tensor acc_delta, "
-        "Tensor? param=None, *, float lr=1.0, float rho=0.9, float eps=1e-6, "
-        "float weight_decay=0.0, bool maximize=False) "
-        "-> (Tensor update, Tensor square_avg, Tensor acc_delta)",
-        TORCH_FN(kernels::adadelta_impl));
-  m.def("adadelta_multi(Tensor[] grads, Tensor[] square_avgs, "
-        "Tensor[] acc_deltas, Tensor[] params, *, float lr=1.0, float rho=0.9, "
-        "float eps=1e-6, float weight_decay=0.0, bool maximize=False) "
-        "-> (Tensor[] updates, Tensor[] square_avgs, Tensor[] acc_deltas)",
-        TORCH_FN(kernels::adadelta_multi_impl));
-  m.def("adadelta_multi_(Tensor[] grads, Tensor(a!)[] square_avgs, "
-        "Tensor(b!)[] acc_deltas, Tensor(c!)[] params, *, float lr=1.0, "
-        "float rho=0.9, float eps=1e-6, float weight_decay=0.0, "
-        "bool maximize=False) -> ()",
-        TORCH_FN(kernels::adadelta_multi_inplace_impl));
+  kernels::RegisterFusedOp<kernels::Adadelta>(m);
 }
 
 }  // namespace metafuse

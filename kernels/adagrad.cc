@@ -1,31 +1,23 @@
-// metafuse::adagrad / adagrad_multi: Adagrad with learning-rate decay, fused,
-// with the exact closed-form backward.
-#include <torch/library.h>
-
-#include "kernels/fused_step.h"
-#include "kernels/optimizers.h"
+// metafuse::adagrad / adagrad_multi / adagrad_multi_: Adagrad with
+// learning-rate decay, fused, with the exact closed-form backward.
+#include "kernels/fused_op.h"
 
 namespace metafuse {
 namespace kernels {
 namespace {
 
-struct Adagrad {
+struct Adagrad : FusedOptimizer {
   static constexpr const char* kName = "adagrad";
+  static constexpr StateArg kStates[] = {{"sum", "sums"}};
+  static constexpr const char* kOptions =
+      "int count, float lr=0.01, float lr_decay=0.0, float weight_decay=0.0, "
+      "float eps=1e-10, float eps_root=0.0, bool maximize=False";
   static constexpr int kNumAux = 1;  // r = sqrt(sum' + eps_root)
-  static constexpr int kNumVariants = 1;
   struct Hyper {
     double count, lr, lr_decay, weight_decay, eps, eps_root, maximize;
   };
   template <typename A>
   using Coeffs = AdagradCoeffs<A>;
-
-  static constexpr int NumStates(int) { return 1; }
-  static const char* StateName(int) { return "sums"; }
-  static int Variant(const Hyper&) { return 0; }
-  static bool UsesParam(const Hyper& h) { return h.weight_decay != 0.0; }
-  static double Clr(const Hyper& h) {
-    return h.lr / (1.0 + (h.count - 1.0) * h.lr_decay);
-  }
 
   static void Check(const Hyper& h) {
     CheckCount(kName, static_cast<int64_t>(h.count));
@@ -49,22 +41,20 @@ struct Adagrad {
     AdagradElement<A>(c, g, p, s0, u, o0, x0);
   }
 
-  // update = -clr ge / D, D = r + eps, r = sqrt(sum' + eps_root):
-  //   G_r = grad_r + clr gu ge / D^2,  G_sum' = grad_sum' + G_r / (2 r)
-  //   grad_sum = G_sum',  grad_ge = -clr gu / D + 2 ge G_sum'
+  // Every order: AdagradBackwardElement (kernels/optim_math.h) on tensors. A
+  // gradient reaching the saved root r itself enters like one reaching sum':
+  // grad_sum' += grad_r / (2 r).
   static std::vector<at::Tensor> Backward(const Hyper& h, int,
                                           const SavedStep& s) {
     const at::Tensor& r = s.aux[0];
-    const at::Tensor d = r + h.eps;
-    const at::Tensor ge = EffectiveGrad(s, SignOf(h.maximize), h.weight_decay);
-    const at::Tensor t = s.grad_u * Clr(h) / d;
-    const at::Tensor g_r = AddOpt(t * ge / d, s.grad_aux[0]);
-    const at::Tensor g_sum = s.grad_s[0] + g_r / r * 0.5;
-    const at::Tensor grad_ge = ge * g_sum * 2.0 - t;
-    std::vector<at::Tensor> out = GradsFromEffective(
-        s, grad_ge, SignOf(h.maximize), h.weight_decay, 0.0);
-    out.push_back(g_sum);
-    return out;
+    const at::Tensor g_sum = AddOpt(s.grad_s[0], s.grad_aux[0].defined()
+                                                     ? s.grad_aux[0] / r * 0.5
+                                                     : at::Tensor());
+    at::Tensor grad_g, grad_p, grad_sum;
+    AdagradBackwardElement<at::Tensor, double>(
+        MakeCoeffs<double>(h), s.g, OrZero(s, s.p), r, s.grad_u, g_sum,
+        &grad_g, &grad_p, &grad_sum);
+    return {grad_g, ParamGrad(s, grad_p), grad_sum};
   }
 
   // The same closed form, one element at a time (fused_backward.h).
@@ -78,72 +68,11 @@ struct Adagrad {
   }
 };
 
-std::tuple<TensorVec, TensorVec> adagrad_multi_impl(
-    at::TensorList grads, at::TensorList sums, at::TensorList params,
-    int64_t count, double lr, double lr_decay, double weight_decay, double eps,
-    double eps_root, bool maximize) {
-  const Adagrad::Hyper h{static_cast<double>(count), lr, lr_decay,
-                         weight_decay, eps, eps_root, maximize ? 1.0 : 0.0};
-  StepOutputs out = FusedStep<Adagrad>(h, grads, params, {sums});
-  return {out.updates, out.states[0]};
-}
-
-void adagrad_multi_inplace_impl(
-    at::TensorList grads, at::TensorList sums, at::TensorList params,
-    int64_t count, double lr, double lr_decay, double weight_decay, double eps,
-    double eps_root, bool maximize) {
-  const Adagrad::Hyper h{static_cast<double>(count), lr, lr_decay,
-                         weight_decay, eps, eps_root, maximize ? 1.0 : 0.0};
-  FusedStepInPlace<Adagrad>(h, params, grads, {sums});
-}
-
-std::tuple<at::Tensor, at::Tensor> adagrad_impl(
-    const at::Tensor& grad, const at::Tensor& sum,
-    const c10::optional<at::Tensor>& param, int64_t count, double lr,
-    double lr_decay, double weight_decay, double eps, double eps_root,
-    bool maximize) {
-  auto [u, s] = adagrad_multi_impl({grad}, {sum}, ListOf(param), count, lr,
-                                   lr_decay, weight_decay, eps, eps_root,
-                                   maximize);
-  return {u[0], s[0]};
-}
-
 }  // namespace
 }  // namespace kernels
 
-std::tuple<at::Tensor, at::Tensor> adagrad(
-    const at::Tensor& grad, const at::Tensor& sum,
-    const c10::optional<at::Tensor>& param, int64_t count, double lr,
-    double lr_decay, double weight_decay, double eps, double eps_root,
-    bool maximize) {
-  METAFUSE_CALL_OP("adagrad", adagrad, grad, sum, param, count, lr, lr_decay,
-                   weight_decay, eps, eps_root, maximize);
-}
-
-std::tuple<TensorVec, TensorVec> adagrad_multi(
-    at::TensorList grads, at::TensorList sums, at::TensorList params,
-    int64_t count, double lr, double lr_decay, double weight_decay, double eps,
-    double eps_root, bool maximize) {
-  METAFUSE_CALL_OP("adagrad_multi", adagrad_multi, grads, sums, params, count,
-                   lr, lr_decay, weight_decay, eps, eps_root, maximize);
-}
-
 TORCH_LIBRARY_FRAGMENT(metafuse, m) {
-  m.def("adagrad(Tensor grad, Tensor sum, Tensor? param=None, *, int count, "
-        "float lr=0.01, float lr_decay=0.0, float weight_decay=0.0, "
-        "float eps=1e-10, float eps_root=0.0, bool maximize=False) "
-        "-> (Tensor update, Tensor sum)",
-        TORCH_FN(kernels::adagrad_impl));
-  m.def("adagrad_multi(Tensor[] grads, Tensor[] sums, Tensor[] params, *, "
-        "int count, float lr=0.01, float lr_decay=0.0, float weight_decay=0.0, "
-        "float eps=1e-10, float eps_root=0.0, bool maximize=False) "
-        "-> (Tensor[] updates, Tensor[] sums)",
-        TORCH_FN(kernels::adagrad_multi_impl));
-  m.def("adagrad_multi_(Tensor[] grads, Tensor(a!)[] sums, "
-        "Tensor(b!)[] params, *, int count, float lr=0.01, "
-        "float lr_decay=0.0, float weight_decay=0.0, float eps=1e-10, "
-        "float eps_root=0.0, bool maximize=False) -> ()",
-        TORCH_FN(kernels::adagrad_multi_inplace_impl));
+  kernels::RegisterFusedOp<kernels::Adagrad>(m);
 }
 
 }  // namespace metafuse

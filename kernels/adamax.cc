@@ -1,31 +1,27 @@
-// metafuse::adamax / adamax_multi: Adamax (infinity-norm Adam), fused, with
-// the exact closed-form backward (almost everywhere: at a tie of the max the
-// gradient goes to the decayed norm).
-#include <torch/library.h>
-
+// metafuse::adamax / adamax_multi / adamax_multi_: Adamax (infinity-norm
+// Adam), fused, with the exact closed-form backward (almost everywhere: at a
+// tie of the max the gradient goes to the decayed norm).
 #include <cmath>
 
-#include "kernels/fused_step.h"
-#include "kernels/optimizers.h"
+#include "kernels/fused_op.h"
 
 namespace metafuse {
 namespace kernels {
 namespace {
 
-struct Adamax {
+struct Adamax : FusedOptimizer {
   static constexpr const char* kName = "adamax";
-  static constexpr int kNumAux = 0;
-  static constexpr int kNumVariants = 1;
+  static constexpr StateArg kStates[] = {{"mu", "mus"},
+                                         {"inf_norm", "inf_norms"}};
+  static constexpr const char* kOptions =
+      "int count, float lr=0.002, float b1=0.9, float b2=0.999, "
+      "float eps=1e-8, float weight_decay=0.0, bool maximize=False";
   struct Hyper {
     double count, lr, b1, b2, eps, weight_decay, maximize;
   };
   template <typename A>
   using Coeffs = AdamaxCoeffs<A>;
 
-  static constexpr int NumStates(int) { return 2; }
-  static const char* StateName(int j) { return j == 0 ? "mus" : "inf_norms"; }
-  static int Variant(const Hyper&) { return 0; }
-  static bool UsesParam(const Hyper& h) { return h.weight_decay != 0.0; }
   static double Step(const Hyper& h) {
     return h.lr / (1.0 - std::pow(h.b1, h.count));
   }
@@ -80,71 +76,11 @@ struct Adamax {
   // compare-selects; the ATen closed form serves every order.
 };
 
-std::tuple<TensorVec, TensorVec, TensorVec> adamax_multi_impl(
-    at::TensorList grads, at::TensorList mus, at::TensorList inf_norms,
-    at::TensorList params, int64_t count, double lr, double b1, double b2,
-    double eps, double weight_decay, bool maximize) {
-  const Adamax::Hyper h{static_cast<double>(count), lr, b1, b2, eps,
-                        weight_decay, maximize ? 1.0 : 0.0};
-  StepOutputs out = FusedStep<Adamax>(h, grads, params, {mus, inf_norms});
-  return {out.updates, out.states[0], out.states[1]};
-}
-
-void adamax_multi_inplace_impl(
-    at::TensorList grads, at::TensorList mus, at::TensorList inf_norms,
-    at::TensorList params, int64_t count, double lr, double b1, double b2,
-    double eps, double weight_decay, bool maximize) {
-  const Adamax::Hyper h{static_cast<double>(count), lr, b1, b2, eps,
-                        weight_decay, maximize ? 1.0 : 0.0};
-  FusedStepInPlace<Adamax>(h, params, grads, {mus, inf_norms});
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> adamax_impl(
-    const at::Tensor& grad, const at::Tensor& mu, const at::Tensor& inf_norm,
-    const c10::optional<at::Tensor>& param, int64_t count, double lr,
-    double b1, double b2, double eps, double weight_decay, bool maximize) {
-  auto [u, m, n] = adamax_multi_impl({grad}, {mu}, {inf_norm}, ListOf(param),
-                                     count, lr, b1, b2, eps, weight_decay,
-                                     maximize);
-  return {u[0], m[0], n[0]};
-}
-
 }  // namespace
 }  // namespace kernels
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> adamax(
-    const at::Tensor& grad, const at::Tensor& mu, const at::Tensor& inf_norm,
-    const c10::optional<at::Tensor>& param, int64_t count, double lr,
-    double b1, double b2, double eps, double weight_decay, bool maximize) {
-  METAFUSE_CALL_OP("adamax", adamax, grad, mu, inf_norm, param, count, lr, b1,
-                   b2, eps, weight_decay, maximize);
-}
-
-std::tuple<TensorVec, TensorVec, TensorVec> adamax_multi(
-    at::TensorList grads, at::TensorList mus, at::TensorList inf_norms,
-    at::TensorList params, int64_t count, double lr, double b1, double b2,
-    double eps, double weight_decay, bool maximize) {
-  METAFUSE_CALL_OP("adamax_multi", adamax_multi, grads, mus, inf_norms, params,
-                   count, lr, b1, b2, eps, weight_decay, maximize);
-}
-
 TORCH_LIBRARY_FRAGMENT(metafuse, m) {
-  m.def("adamax(Tensor grad, Tensor mu, Tensor inf_norm, Tensor? param=None, "
-        "*, int count, float lr=0.002, float b1=0.9, float b2=0.999, "
-        "float eps=1e-8, float weight_decay=0.0, bool maximize=False) "
-        "-> (Tensor update, Tensor mu, Tensor inf_norm)",
-        TORCH_FN(kernels::adamax_impl));
-  m.def("adamax_multi(Tensor[] grads, Tensor[] mus, Tensor[] inf_norms, "
-        "Tensor[] params, *, int count, float lr=0.002, float b1=0.9, "
-        "float b2=0.999, float eps=1e-8, float weight_decay=0.0, "
-        "bool maximize=False) -> (Tensor[] updates, Tensor[] mus, "
-        "Tensor[] inf_norms)",
-        TORCH_FN(kernels::adamax_multi_impl));
-  m.def("adamax_multi_(Tensor[] grads, Tensor(a!)[] mus, "
-        "Tensor(b!)[] inf_norms, Tensor(c!)[] params, *, int count, "
-        "float lr=0.002, float b1=0.9, float b2=0.999, float eps=1e-8, "
-        "float weight_decay=0.0, bool maximize=False) -> ()",
-        TORCH_FN(kernels::adamax_multi_inplace_impl));
+  kernels::RegisterFusedOp<kernels::Adamax>(m);
 }
 
 }  // namespace metafuse

@@ -57,7 +57,7 @@ MF_VECTORIZED_LOOP void BackwardLoop(
     const typename Opt::template Coeffs<at::opmath_type<T>> c,
     const BackwardPtrs<T> q, int64_t lo, int64_t hi) {
   using A = at::opmath_type<T>;
-  constexpr int S = Opt::NumStates(kVariant);
+  constexpr int S = NumStates<Opt>(kVariant);
   constexpr int X = Opt::kNumAux;
   // Local restrict scalars: see ElementLoop.
   const T* __restrict__ g = q.in[0];
@@ -117,7 +117,7 @@ torch::autograd::variable_list FusedFirstOrderBackward(
     const torch::autograd::variable_list& saved,
     const torch::autograd::variable_list& grads) {
   const int variant = Opt::Variant(h);
-  const int S = Opt::NumStates(variant);
+  const int S = NumStates<Opt>(variant);
   const int X = Opt::kNumAux;
   // in[k][slot] in BackwardPtrs order; undefined gradients become zeros.
   std::vector<std::vector<at::Tensor>> in(K, std::vector<at::Tensor>(14));

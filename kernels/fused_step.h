@@ -1,16 +1,20 @@
-// The machinery every fused optimizer op shares (included by kernels/<opt>.cc
-// only): argument checks, the multi-tensor CPU forward (one parallel region
-// over the total element count, vectorized element loop), and one generic
-// torch::autograd::Function whose backward is each optimizer's closed form.
+// The machinery every fused optimizer op shares (included through
+// kernels/fused_op.h): argument checks, the multi-tensor CPU forward (one
+// parallel region over the total element count, vectorized element loop), and
+// one generic torch::autograd::Function whose backward is each optimizer's
+// closed form.
 //
-// An optimizer `Opt` supplies:
-//   struct Hyper                  all-double host scalars (saved in the ctx)
-//   kName, kNumAux, kNumVariants, StateName(j), NumStates(variant)
-//   Variant(h), UsesParam(h), Check(h)
+// An optimizer `Opt` (derived from FusedOptimizer, which gives the defaults)
+// supplies:
+//   kName, kStates (its state arguments, StateArg), kOptions (schema text)
+//   struct Hyper                  one double per option, in kOptions' order
+//   kNumAux, kNumVariants, Variant(h), UsesState(variant, slot), UsesParam(h)
+//   Check(h)
 //   template <A> Coeffs<A> MakeCoeffs(h)
 //   template <A, V> Element(c, g, p, s0, s1, s2, &u, &o0, &o1, &o2, &x0, &x1)
-//     (states in and out in state order, then the aux values)
+//     (the used states in and out in argument order, then the aux values)
 //   Backward(h, variant, SavedStep) -> {grad_g, grad_p, grad_states...}
+//   optionally kFusedBackward and BackwardElement (kernels/fused_backward.h)
 #pragma once
 
 #include <ATen/ATen.h>
@@ -22,6 +26,7 @@
 
 #include <array>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 #include <vector>
 
@@ -53,6 +58,57 @@ void DispatchVariant(int variant, Fn&& fn) {
       DispatchVariant<N, V + 1>(variant, std::forward<Fn>(fn));
     }
   }
+}
+
+// One state argument of an op: `single` names it in the single-tensor form,
+// `list` in the list forms. A state that some variant does not use is
+// optional: `absent` says when it is unused (the error when one is passed
+// anyway), it is `Tensor? single=None` in the single-tensor form and an empty
+// list in the list forms.
+struct StateArg {
+  const char* single;
+  const char* list;
+  const char* absent = nullptr;
+};
+
+// The defaults of the optimizer interface (see the top of this file).
+struct FusedOptimizer {
+  static constexpr int kNumAux = 0;
+  static constexpr int kNumVariants = 1;
+  template <class Hyper>
+  static int Variant(const Hyper&) { return 0; }
+  static constexpr bool UsesState(int /*variant*/, int /*slot*/) { return true; }
+  template <class Hyper>
+  static bool UsesParam(const Hyper& h) { return h.weight_decay != 0.0; }
+};
+
+template <class Opt>
+constexpr int NumStateArgs() {
+  return static_cast<int>(std::size(Opt::kStates));
+}
+
+// How many states `variant` uses; they are packed in argument order.
+template <class Opt>
+constexpr int NumStates(int variant) {
+  int n = 0;
+  for (int slot = 0; slot < NumStateArgs<Opt>(); ++slot) {
+    n += Opt::UsesState(variant, slot) ? 1 : 0;
+  }
+  return n;
+}
+
+// The argument slot of the j-th state `variant` uses (-1: none).
+template <class Opt>
+constexpr int StateSlot(int variant, int j) {
+  for (int slot = 0; slot < NumStateArgs<Opt>(); ++slot) {
+    if (Opt::UsesState(variant, slot) && j-- == 0) return slot;
+  }
+  return -1;
+}
+
+template <class Opt>
+const char* StateName(int variant, int j) {
+  return Opt::kStates[StateSlot<Opt>(variant, j)].list;
 }
 
 }  // namespace metafuse::kernels
@@ -113,7 +169,7 @@ MF_VECTORIZED_LOOP void ElementLoop(
   using A = at::opmath_type<T>;
   constexpr bool kInPlaceMode = kMode == kInPlace;
   constexpr bool kReadParam = (kMode & kParam) || kInPlaceMode;
-  constexpr int S = Opt::NumStates(kVariant);
+  constexpr int S = NumStates<Opt>(kVariant);
   constexpr int X = (!kInPlaceMode && (kMode & kAux)) ? Opt::kNumAux : 0;
   const T* __restrict__ g = ptr.g;
   const T* __restrict__ p = ptr.p;
@@ -262,14 +318,15 @@ void CheckStepArgs(const typename Opt::Hyper& h, at::TensorList grads,
                    const std::vector<at::TensorList>& states) {
   Opt::Check(h);
   const size_t K = grads.size();
-  const int S = Opt::NumStates(Opt::Variant(h));
+  const int variant = Opt::Variant(h);
+  const int S = NumStates<Opt>(variant);
   TORCH_CHECK(static_cast<int>(states.size()) == S, "metafuse::", Opt::kName,
               ": expected ", S, " state lists for these options, got ",
               states.size());
   for (int j = 0; j < S; ++j) {
     TORCH_CHECK(states[j].size() == K, "metafuse::", Opt::kName, ": `",
-                Opt::StateName(j), "` must hold one tensor per gradient (",
-                K, "), got ", states[j].size());
+                StateName<Opt>(variant, j), "` must hold one tensor per "
+                "gradient (", K, "), got ", states[j].size());
   }
   TORCH_CHECK(params.empty() || params.size() == K, "metafuse::", Opt::kName,
               ": `params` must be empty or hold one tensor per gradient (", K,
@@ -293,7 +350,7 @@ void CheckStepArgs(const typename Opt::Hyper& h, at::TensorList grads,
                 "CPU build), `grads` tensor ", k, " is on ", g.device());
     if (!params.empty()) CheckLike(Opt::kName, "params", k, params[k], g);
     for (int j = 0; j < S; ++j) {
-      CheckLike(Opt::kName, Opt::StateName(j), k, states[j][k], g);
+      CheckLike(Opt::kName, StateName<Opt>(variant, j), k, states[j][k], g);
     }
   }
 }
@@ -307,7 +364,7 @@ StepOutputs FusedStepForward(const typename Opt::Hyper& h,
                              bool with_aux) {
   CheckStepArgs<Opt>(h, grads, params, states);
   const int variant = Opt::Variant(h);
-  const int S = Opt::NumStates(variant);
+  const int S = NumStates<Opt>(variant);
   const bool use_param = Opt::UsesParam(h);
   const size_t K = grads.size();
   StepOutputs out;
@@ -359,7 +416,8 @@ void FusedStepInPlace(const typename Opt::Hyper& h, at::TensorList params,
     g[k] = grads[k].contiguous();
   }
   for (int j = 0; j < S; ++j) {
-    for (size_t k = 0; k < K; ++k) check_target(states[j][k], Opt::StateName(j), k);
+    const char* name = StateName<Opt>(Opt::Variant(h), j);
+    for (size_t k = 0; k < K; ++k) check_target(states[j][k], name, k);
     s[j].assign(states[j].begin(), states[j].end());
   }
   RunFusedLoop<Opt>(h, kInPlace, g, p, s, {}, {}, {});
@@ -373,6 +431,21 @@ struct SavedStep {
   at::Tensor grad_u;
   std::vector<at::Tensor> grad_s, grad_aux;
 };
+
+// What the closed-form element backwards of optim_math.h see of a saved step
+// when they run on tensors (A = at::Tensor, C = double): an absent value (the
+// param without weight decay, an unused state, an undefined gradient) is a
+// zero scalar, which the formulas multiply by a zero coefficient or add.
+inline at::Tensor ZeroOf(const SavedStep& s) {
+  return at::zeros({}, s.g.options());
+}
+inline at::Tensor OrZero(const SavedStep& s, const at::Tensor& t) {
+  return t.defined() ? t : ZeroOf(s);
+}
+// grad_p back to the caller: only where the param was saved.
+inline at::Tensor ParamGrad(const SavedStep& s, const at::Tensor& grad_p) {
+  return s.p.defined() ? grad_p : at::Tensor();
+}
 
 // a + b where an undefined tensor is zero.
 inline at::Tensor AddOpt(const at::Tensor& a, const at::Tensor& b) {
@@ -433,7 +506,7 @@ class FusedStepFunction
       std::vector<double> hyper) {
     const auto h = HyperFromVector<typename Opt::Hyper>(hyper);
     const size_t K = grads.size();
-    const int S = Opt::NumStates(Opt::Variant(h));
+    const int S = NumStates<Opt>(Opt::Variant(h));
     std::vector<at::TensorList> states;
     for (int j = 0; j < S; ++j) states.push_back(states_flat.slice(j * K, K));
     StepOutputs out = FusedStepForward<Opt>(h, grads, params, states, true);
@@ -457,7 +530,7 @@ class FusedStepFunction
     const auto h = HyperFromVector<typename Opt::Hyper>(
         ctx->saved_data["hyper"].toDoubleVector());
     const int variant = Opt::Variant(h);
-    const int S = Opt::NumStates(variant);
+    const int S = NumStates<Opt>(variant);
     const int X = Opt::kNumAux;
     const size_t P = ctx->saved_data["num_params"].toInt();
     const torch::autograd::variable_list saved = ctx->get_saved_variables();
@@ -548,6 +621,7 @@ StepOutputs FusedStep(const typename Opt::Hyper& h, at::TensorList grads,
 }
 
 // The single-tensor ops are the multi-tensor ones on lists of one.
+inline std::vector<at::Tensor> ListOf(const at::Tensor& t) { return {t}; }
 inline std::vector<at::Tensor> ListOf(const c10::optional<at::Tensor>& t) {
   if (t.has_value() && t->defined()) return {*t};
   return {};
@@ -566,11 +640,3 @@ inline void CheckCount(const char* op, int64_t count) {
 }
 
 }  // namespace metafuse::kernels
-
-// Calls the registered operator `metafuse::NAME` (signature of FN) through
-// the dispatcher, so C++ callers see exactly what Python and TorchScript see.
-#define METAFUSE_CALL_OP(NAME, FN, ...)                              \
-  static auto op = c10::Dispatcher::singleton()                      \
-                       .findSchemaOrThrow("metafuse::" NAME, "")     \
-                       .typed<decltype(FN)>();                       \
-  return op.call(__VA_ARGS__)

@@ -71,24 +71,62 @@ MF_HD void AdamElement(const AdamCoeffs<A>& c, A g, A p, A mu, A nu, A* update,
   *root = r;
 }
 
-// Adam's first-order backward, fused (the autograd path uses it when no
-// graph of the backward is wanted). Same closed form as Adam::Backward in
-// kernels/adam.cc, from the saved mu' and r: nothing is recomputed but ge.
-template <typename A>
-MF_HD void AdamBackwardElement(const AdamCoeffs<A>& c, A g, A p, A mu_new,
+// The moment part of Adam's closed-form backward, given G_mu' and G_nu' (all
+// that reaches the new moments); the contract on A and C is
+// AdamBackwardElement's, below:
+//   ge = sign g + l2 p
+//   grad_mu = b1 G_mu',  grad_nu = b2 G_nu'
+//   grad_ge = (1-b1) G_mu' + 2 (1-b2) ge G_nu'
+//   grad_g = sign grad_ge,  grad_p = l2 grad_ge - lr wd_decoupled gu
+// RAdam's unrectified steps (update = -(lr/bc1) mu' - dec p) use it alone.
+template <typename A, typename C = A>
+MF_HD void AdamMomentBackward(const AdamCoeffs<C>& c, A g, A p, A grad_u,
+                              A g_mu, A g_nu, A* grad_g, A* grad_p,
+                              A* grad_mu, A* grad_nu) {
+  const A ge = c.sign * g + c.l2 * p;
+  const A grad_ge = c.one_minus_b1 * g_mu + C(2) * c.one_minus_b2 * ge * g_nu;
+  *grad_g = c.sign * grad_ge;
+  *grad_p = c.l2 * grad_ge - c.decoupled * grad_u;
+  *grad_mu = c.b1 * g_mu;
+  *grad_nu = c.b2 * g_nu;
+}
+
+// Adam's closed-form backward, written once: the fused first-order backward
+// (CPU element loop and CUDA kernel, A = C = float or double), the ATen
+// backward that serves every order (A = at::Tensor, C = double; see
+// AdamFamily::TensorBackward) and the compiler's derivative rule (A = a
+// symbolic IR value, C = double) all instantiate this template.
+//
+// With incoming gradients gu, gmu', gnu' of (update, mu', nu'),
+// K = step = lr / bc1 and D = r + eps:
+//   G_mu' = gmu' - K gu / D                    (d update / d mu' = -K / D)
+//   G_r   = K gu mu' / D^2                     (d update / d r; D = r + eps exactly)
+//   G_nu' = gnu' + G_r inv_bc2 / (2 r)         (d r / d nu' from the saved r)
+// then AdamMomentBackward. No square root is recomputed and none is
+// differentiated: 1/(2r) uses the saved root r = sqrt(nu' inv_bc2 +
+// eps_root), which is >= sqrt(eps_root) > 0 when eps_root > 0. With
+// step = lr rect sqrt(bc2) / bc1 and inv_bc2 = 1 it is RAdam's rectified step.
+//
+// The contract on the two types (keep it when editing; this header stays
+// torch-free for nvcc):
+//   A, the value type: copy-constructible, assignable through a pointer
+//     (*out = a), and closed under + - * / between two A values, and under
+//     A + C, A * C and C * A. Nothing else: no A literals (no A(0.5)), no
+//     unary minus, no functions (sqrt, fabs), no comparisons.
+//   C, the coefficient type: a scalar constructible from a double literal and
+//     closed under C * C (C(0.5) * c.inv_bc2 is a C).
+// Every constant is therefore written as a C, e.g. C(0.5) * c.inv_bc2.
+template <typename A, typename C = A>
+MF_HD void AdamBackwardElement(const AdamCoeffs<C>& c, A g, A p, A mu_new,
                                A r, A grad_u, A grad_mu_new, A grad_nu_new,
                                A* grad_g, A* grad_p, A* grad_mu,
                                A* grad_nu) {
   const A d = r + c.eps;
   const A t = grad_u * c.step / d;
   const A g_mu = grad_mu_new - t;
-  const A g_nu = grad_nu_new + (t * mu_new / d) * (A(0.5) * c.inv_bc2) / r;
-  const A ge = c.sign * g + c.l2 * p;
-  const A grad_ge = c.one_minus_b1 * g_mu + A(2) * c.one_minus_b2 * ge * g_nu;
-  *grad_g = c.sign * grad_ge;
-  *grad_p = c.l2 * grad_ge - c.decoupled * grad_u;
-  *grad_mu = c.b1 * g_mu;
-  *grad_nu = c.b2 * g_nu;
+  const A g_nu = grad_nu_new + (t * mu_new / d) * (C(0.5) * c.inv_bc2) / r;
+  AdamMomentBackward<A, C>(c, g, p, grad_u, g_mu, g_nu, grad_g, grad_p,
+                           grad_mu, grad_nu);
 }
 
 // SGD with momentum (torch.optim numbers: the first step stores ge itself).
@@ -131,10 +169,14 @@ MF_HD void SgdElement(const SgdCoeffs<A>& c, A g, A p, A buf, A* update,
   *buf_out = b;
 }
 
-// SGD's first-order backward (same closed form as Sgd::Backward). Without
-// momentum grad_buf_new is 0 and nest_b is 0, so one formula serves both.
-template <typename A>
-MF_HD void SgdBackwardElement(const SgdCoeffs<A>& c, A grad_u, A grad_buf_new,
+// SGD's closed-form backward: the fused first-order loop and Sgd::Backward
+// (A = at::Tensor, C = double) instantiate it; A and C as for
+// AdamBackwardElement. Without momentum grad_buf_new is 0 and nest_b is 0, so
+// one formula serves both.
+//   G_buf' = grad_buf' - lr nest_b gu
+//   grad_buf = keep G_buf',  grad_ge = take G_buf' - lr nest_g gu
+template <typename A, typename C = A>
+MF_HD void SgdBackwardElement(const SgdCoeffs<C>& c, A grad_u, A grad_buf_new,
                               A* grad_g, A* grad_p, A* grad_buf) {
   const A g_buf = grad_buf_new - c.lr * c.nest_b * grad_u;
   const A grad_ge = c.take * g_buf - c.lr * c.nest_g * grad_u;
@@ -186,23 +228,30 @@ MF_HD void RmsPropElement(const RmsPropCoeffs<A>& c, A g, A p, A sq, A ga,
   *root = r;
 }
 
-// RMSProp's first-order backward (same closed form as RmsProp::Backward).
-// Absent states (not centered / no momentum) enter as 0 and their
-// coefficients vanish, so one formula serves every variant.
-template <typename A>
-MF_HD void RmsPropBackwardElement(const RmsPropCoeffs<A>& c, A g, A p,
+// RMSProp's closed-form backward: the fused first-order loop and
+// RmsProp::Backward (A = at::Tensor, C = double) instantiate it; A and C as
+// for AdamBackwardElement. Absent states (not centered / no momentum) enter
+// as 0 and their coefficients vanish, so one formula serves every variant;
+// grad_r is the gradient reaching the saved root itself (0 at first order).
+// q = ge / D, D = r + eps, r^2 = sq' - c ga'^2 + eps_root:
+//   G_q   = grad_buf' - lr gu;  grad_buf = m G_q
+//   G_r   = grad_r - G_q ge / D^2,  G_v = G_r / (2 r)
+//   G_sq' = grad_sq' + G_v,  G_ga' = grad_ga' - 2 c ga' G_v
+//   grad_ge = G_q / D + 2 (1-a) ge G_sq' + (1-a) G_ga'
+template <typename A, typename C = A>
+MF_HD void RmsPropBackwardElement(const RmsPropCoeffs<C>& c, A g, A p,
                                   A ga_new, A r, A grad_u, A grad_sq_new,
-                                  A grad_ga_new, A grad_buf_new, A* grad_g,
-                                  A* grad_p, A* grad_sq, A* grad_ga,
-                                  A* grad_buf) {
+                                  A grad_ga_new, A grad_buf_new, A grad_r,
+                                  A* grad_g, A* grad_p, A* grad_sq,
+                                  A* grad_ga, A* grad_buf) {
   const A ge = c.sign * g + c.l2 * p;
   const A d = r + c.eps;
   const A g_q = grad_buf_new - c.lr * grad_u;
   const A g_q_over_d = g_q / d;
-  const A g_v = -(g_q_over_d * ge / d) / r * A(0.5);
+  const A g_v = (grad_r - g_q_over_d * ge / d) / r * C(0.5);
   const A g_sq = grad_sq_new + g_v;
-  const A g_ga = grad_ga_new - A(2) * c.centered * ga_new * g_v;
-  const A grad_ge = g_q_over_d + A(2) * c.one_minus_alpha * ge * g_sq +
+  const A g_ga = grad_ga_new - C(2) * c.centered * ga_new * g_v;
+  const A grad_ge = g_q_over_d + C(2) * c.one_minus_alpha * ge * g_sq +
                     c.one_minus_alpha * g_ga;
   *grad_g = c.sign * grad_ge;
   *grad_p = c.l2 * grad_ge;
@@ -243,16 +292,21 @@ MF_HD void AdagradElement(const AdagradCoeffs<A>& c, A g, A p, A ss,
   *root = r;
 }
 
-// Adagrad's first-order backward (same closed form as Adagrad::Backward).
-template <typename A>
-MF_HD void AdagradBackwardElement(const AdagradCoeffs<A>& c, A g, A p, A r,
+// Adagrad's closed-form backward: the fused first-order loop and
+// Adagrad::Backward (A = at::Tensor, C = double) instantiate it; A and C as
+// for AdamBackwardElement.
+// update = -clr ge / D, D = r + eps, r = sqrt(sum' + eps_root):
+//   G_r = clr gu ge / D^2,  G_sum' = grad_sum' + G_r / (2 r)
+//   grad_sum = G_sum',  grad_ge = -clr gu / D + 2 ge G_sum'
+template <typename A, typename C = A>
+MF_HD void AdagradBackwardElement(const AdagradCoeffs<C>& c, A g, A p, A r,
                                   A grad_u, A grad_sum_new, A* grad_g,
                                   A* grad_p, A* grad_sum) {
   const A ge = c.sign * g + c.l2 * p;
   const A d = r + c.eps;
   const A t = grad_u * c.clr / d;
-  const A g_sum = grad_sum_new + (t * ge / d) / r * A(0.5);
-  const A grad_ge = A(2) * ge * g_sum - t;
+  const A g_sum = grad_sum_new + (t * ge / d) / r * C(0.5);
+  const A grad_ge = C(2) * ge * g_sum - t;
   *grad_g = c.sign * grad_ge;
   *grad_p = c.l2 * grad_ge;
   *grad_sum = g_sum;
@@ -334,24 +388,34 @@ MF_HD void AdadeltaElement(const AdadeltaCoeffs<A>& c, A g, A p, A sq, A acc,
   *root_acc = r2;
 }
 
-// Adadelta's first-order backward (same closed form as Adadelta::Backward).
-template <typename A>
-MF_HD void AdadeltaBackwardElement(const AdadeltaCoeffs<A>& c, A g, A p,
+// Adadelta's closed-form backward: the fused first-order loop and
+// Adadelta::Backward (A = at::Tensor, C = double) instantiate it; A and C as
+// for AdamBackwardElement. grad_r1 and grad_r2 are the gradients reaching the
+// saved roots themselves (0 at first order).
+// delta = r2 ge / r1, update = -lr delta, acc' = rho acc + (1-rho) delta^2:
+//   G_delta = -lr gu + 2 (1-rho) delta grad_acc'
+//   G_r1 = grad_r1 - G_delta delta / r1,  G_r2 = grad_r2 + G_delta ge / r1
+//   G_sq' = grad_sq' + G_r1 / (2 r1)
+//   grad_sq = rho G_sq',  grad_acc = rho grad_acc' + G_r2 / (2 r2)
+//   grad_ge = G_delta r2 / r1 + 2 (1-rho) ge G_sq'
+template <typename A, typename C = A>
+MF_HD void AdadeltaBackwardElement(const AdadeltaCoeffs<C>& c, A g, A p,
                                    A root_sq, A root_acc, A grad_u,
-                                   A grad_sq_new, A grad_acc_new, A* grad_g,
-                                   A* grad_p, A* grad_sq, A* grad_acc) {
+                                   A grad_sq_new, A grad_acc_new, A grad_r1,
+                                   A grad_r2, A* grad_g, A* grad_p,
+                                   A* grad_sq, A* grad_acc) {
   const A ge = c.sign * g + c.l2 * p;
   const A ratio = root_acc / root_sq;
   const A delta = ratio * ge;
-  const A g_delta = A(2) * c.one_minus_rho * delta * grad_acc_new - c.lr * grad_u;
-  const A g_r1 = -(g_delta * delta / root_sq);
-  const A g_r2 = g_delta * ge / root_sq;
-  const A g_sq = grad_sq_new + g_r1 / root_sq * A(0.5);
-  const A grad_ge = g_delta * ratio + A(2) * c.one_minus_rho * ge * g_sq;
+  const A g_delta = C(2) * c.one_minus_rho * delta * grad_acc_new - c.lr * grad_u;
+  const A g_r1 = grad_r1 - g_delta * delta / root_sq;
+  const A g_r2 = grad_r2 + g_delta * ge / root_sq;
+  const A g_sq = grad_sq_new + g_r1 / root_sq * C(0.5);
+  const A grad_ge = g_delta * ratio + C(2) * c.one_minus_rho * ge * g_sq;
   *grad_g = c.sign * grad_ge;
   *grad_p = c.l2 * grad_ge;
   *grad_sq = c.rho * g_sq;
-  *grad_acc = c.rho * grad_acc_new + g_r2 / root_acc * A(0.5);
+  *grad_acc = c.rho * grad_acc_new + g_r2 / root_acc * C(0.5);
 }
 
 // RAdam (torch.optim). With rho_t > 5 the step is rectified:

@@ -1,16 +1,25 @@
-// metafuse::rmsprop / rmsprop_multi: RMSProp (plain or centered, with or
-// without momentum), fused, with the exact closed-form backward.
-#include <torch/library.h>
-
-#include "kernels/fused_step.h"
-#include "kernels/optimizers.h"
+// metafuse::rmsprop / rmsprop_multi / rmsprop_multi_: RMSProp (plain or
+// centered, with or without momentum), fused, with the exact closed-form
+// backward.
+#include "kernels/fused_op.h"
 
 namespace metafuse {
 namespace kernels {
 namespace {
 
-struct RmsProp {
+struct RmsProp : FusedOptimizer {
   static constexpr const char* kName = "rmsprop";
+  // The used states are packed in argument order: square_avg, [grad_avg],
+  // [momentum_buffer].
+  static constexpr StateArg kStates[] = {
+      {"square_avg", "square_avgs"},
+      {"grad_avg", "grad_avgs", "`grad_avgs` is only used when centered=True"},
+      {"momentum_buffer", "momentum_buffers",
+       "`momentum_buffers` is only used when momentum != 0"}};
+  static constexpr const char* kOptions =
+      "float lr=0.01, float alpha=0.99, float eps=1e-8, float eps_root=0.0, "
+      "float weight_decay=0.0, float momentum=0.0, bool centered=False, "
+      "bool maximize=False";
   static constexpr int kNumAux = 1;  // r = sqrt(sq' - ga'^2 + eps_root)
   // Bit 0: centered (state grad_avg), bit 1: momentum (state buffer).
   static constexpr int kNumVariants = 4;
@@ -23,17 +32,12 @@ struct RmsProp {
 
   static constexpr bool Centered(int v) { return v & 1; }
   static constexpr bool HasMomentum(int v) { return v & 2; }
-  static constexpr int NumStates(int v) {
-    return 1 + (Centered(v) ? 1 : 0) + (HasMomentum(v) ? 1 : 0);
-  }
-  // State order: square_avgs, [grad_avgs], [momentum_buffers].
-  static const char* StateName(int j) {
-    return j == 0 ? "square_avgs" : "grad_avgs or momentum_buffers";
+  static constexpr bool UsesState(int v, int slot) {
+    return slot == 0 || (slot == 1 ? Centered(v) : HasMomentum(v));
   }
   static int Variant(const Hyper& h) {
     return (h.centered ? 1 : 0) | (h.momentum != 0.0 ? 2 : 0);
   }
-  static bool UsesParam(const Hyper& h) { return h.weight_decay != 0.0; }
 
   static void Check(const Hyper& h) {
     TORCH_CHECK(h.alpha >= 0.0 && h.alpha <= 1.0,
@@ -64,36 +68,23 @@ struct RmsProp {
     if (HasMomentum(V)) *(Centered(V) ? o2 : o1) = buf_out;
   }
 
-  // q = ge / D, D = r + eps, r^2 = sq' - c ga'^2 + eps_root:
-  //   G_q   = grad_buf' - lr gu (momentum), -lr gu (none); grad_buf = m G_q
-  //   G_r   = grad_r - G_q ge / D^2,  G_v = G_r / (2 r)
-  //   G_sq' = grad_sq' + G_v,  G_ga' = grad_ga' - 2 ga' G_v  (centered)
-  //   grad_ge = G_q / D + 2 (1-a) ge G_sq' + (1-a) G_ga'
+  // Every order: RmsPropBackwardElement (kernels/optim_math.h) on tensors;
+  // the states a variant does not use enter as zeros.
   static std::vector<at::Tensor> Backward(const Hyper& h, int variant,
                                           const SavedStep& s) {
     const bool centered = Centered(variant);
     const bool momentum = HasMomentum(variant);
     const int buf = centered ? 2 : 1;
-    const at::Tensor& r = s.aux[0];
-    const at::Tensor d = r + h.eps;
-    const at::Tensor ge = EffectiveGrad(s, SignOf(h.maximize), h.weight_decay);
-    const at::Tensor g_q =
-        momentum ? s.grad_s[buf] - s.grad_u * h.lr : s.grad_u * -h.lr;
-    const at::Tensor g_q_over_d = g_q / d;
-    const at::Tensor g_r = AddOpt(-(g_q_over_d * ge / d), s.grad_aux[0]);
-    const at::Tensor g_v = g_r / r * 0.5;
-    const at::Tensor g_sq = s.grad_s[0] + g_v;
-    at::Tensor grad_ge = g_q_over_d + ge * g_sq * (2.0 * (1.0 - h.alpha));
-    at::Tensor g_ga;
-    if (centered) {
-      g_ga = s.grad_s[1] - s.s_out[1] * g_v * 2.0;
-      grad_ge = grad_ge + g_ga * (1.0 - h.alpha);
-    }
-    std::vector<at::Tensor> out = GradsFromEffective(
-        s, grad_ge, SignOf(h.maximize), h.weight_decay, 0.0);
-    out.push_back(g_sq * h.alpha);
-    if (centered) out.push_back(g_ga * h.alpha);
-    if (momentum) out.push_back(g_q * h.momentum);
+    at::Tensor grad_g, grad_p, grad_sq, grad_ga, grad_buf;
+    RmsPropBackwardElement<at::Tensor, double>(
+        MakeCoeffs<double>(h), s.g, OrZero(s, s.p),
+        centered ? s.s_out[1] : ZeroOf(s), s.aux[0], s.grad_u, s.grad_s[0],
+        centered ? s.grad_s[1] : ZeroOf(s),
+        momentum ? s.grad_s[buf] : ZeroOf(s), OrZero(s, s.grad_aux[0]),
+        &grad_g, &grad_p, &grad_sq, &grad_ga, &grad_buf);
+    std::vector<at::Tensor> out{grad_g, ParamGrad(s, grad_p), grad_sq};
+    if (centered) out.push_back(grad_ga);
+    if (momentum) out.push_back(grad_buf);
     return out;
   }
 
@@ -109,120 +100,18 @@ struct RmsProp {
     const A g_ga = Centered(V) ? go1 : A(0);
     const A g_buf = HasMomentum(V) ? (Centered(V) ? go2 : go1) : A(0);
     A grad_ga, grad_buf;
-    RmsPropBackwardElement<A>(c, g, p, ga_new, r, gu, go0, g_ga, g_buf, grad_g,
-                              grad_p, gs0, &grad_ga, &grad_buf);
+    RmsPropBackwardElement<A>(c, g, p, ga_new, r, gu, go0, g_ga, g_buf, A(0),
+                              grad_g, grad_p, gs0, &grad_ga, &grad_buf);
     if (Centered(V)) *gs1 = grad_ga;
     if (HasMomentum(V)) *(Centered(V) ? gs2 : gs1) = grad_buf;
   }
 };
 
-// State lists in the kernel's order: square_avgs, [grad_avgs], [buffers].
-std::vector<at::TensorList> RmsPropStates(bool centered, double momentum,
-                                          at::TensorList square_avgs,
-                                          at::TensorList grad_avgs,
-                                          at::TensorList momentum_buffers) {
-  TORCH_CHECK(centered || grad_avgs.empty(),
-              "metafuse::rmsprop: `grad_avgs` is only used when centered=True; "
-              "pass an empty list (None)");
-  TORCH_CHECK(momentum != 0.0 || momentum_buffers.empty(),
-              "metafuse::rmsprop: `momentum_buffers` is only used when "
-              "momentum != 0; pass an empty list (None)");
-  std::vector<at::TensorList> states{square_avgs};
-  if (centered) states.push_back(grad_avgs);
-  if (momentum != 0.0) states.push_back(momentum_buffers);
-  return states;
-}
-
-std::tuple<TensorVec, TensorVec, TensorVec, TensorVec> rmsprop_multi_impl(
-    at::TensorList grads, at::TensorList square_avgs, at::TensorList grad_avgs,
-    at::TensorList momentum_buffers, at::TensorList params, double lr,
-    double alpha, double eps, double eps_root, double weight_decay,
-    double momentum, bool centered, bool maximize) {
-  const RmsProp::Hyper h{lr, alpha, eps, eps_root, weight_decay, momentum,
-                         centered ? 1.0 : 0.0, maximize ? 1.0 : 0.0};
-  StepOutputs out = FusedStep<RmsProp>(
-      h, grads, params,
-      RmsPropStates(centered, momentum, square_avgs, grad_avgs,
-                    momentum_buffers));
-  TensorVec ga, buf;
-  if (centered) ga = out.states[1];
-  if (momentum != 0.0) buf = out.states[centered ? 2 : 1];
-  return {out.updates, out.states[0], ga, buf};
-}
-
-void rmsprop_multi_inplace_impl(
-    at::TensorList grads, at::TensorList square_avgs, at::TensorList grad_avgs,
-    at::TensorList momentum_buffers, at::TensorList params, double lr,
-    double alpha, double eps, double eps_root, double weight_decay,
-    double momentum, bool centered, bool maximize) {
-  const RmsProp::Hyper h{lr, alpha, eps, eps_root, weight_decay, momentum,
-                         centered ? 1.0 : 0.0, maximize ? 1.0 : 0.0};
-  FusedStepInPlace<RmsProp>(
-      h, params, grads,
-      RmsPropStates(centered, momentum, square_avgs, grad_avgs,
-                    momentum_buffers));
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> rmsprop_impl(
-    const at::Tensor& grad, const at::Tensor& square_avg,
-    const c10::optional<at::Tensor>& grad_avg,
-    const c10::optional<at::Tensor>& momentum_buffer,
-    const c10::optional<at::Tensor>& param, double lr, double alpha,
-    double eps, double eps_root, double weight_decay, double momentum,
-    bool centered, bool maximize) {
-  auto [u, sq, ga, buf] = rmsprop_multi_impl(
-      {grad}, {square_avg}, ListOf(grad_avg), ListOf(momentum_buffer),
-      ListOf(param), lr, alpha, eps, eps_root, weight_decay, momentum,
-      centered, maximize);
-  return {u[0], sq[0], FirstOrUndefined(ga), FirstOrUndefined(buf)};
-}
-
 }  // namespace
 }  // namespace kernels
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> rmsprop(
-    const at::Tensor& grad, const at::Tensor& square_avg,
-    const c10::optional<at::Tensor>& grad_avg,
-    const c10::optional<at::Tensor>& momentum_buffer,
-    const c10::optional<at::Tensor>& param, double lr, double alpha,
-    double eps, double eps_root, double weight_decay, double momentum,
-    bool centered, bool maximize) {
-  METAFUSE_CALL_OP("rmsprop", rmsprop, grad, square_avg, grad_avg,
-                   momentum_buffer, param, lr, alpha, eps, eps_root,
-                   weight_decay, momentum, centered, maximize);
-}
-
-std::tuple<TensorVec, TensorVec, TensorVec, TensorVec> rmsprop_multi(
-    at::TensorList grads, at::TensorList square_avgs, at::TensorList grad_avgs,
-    at::TensorList momentum_buffers, at::TensorList params, double lr,
-    double alpha, double eps, double eps_root, double weight_decay,
-    double momentum, bool centered, bool maximize) {
-  METAFUSE_CALL_OP("rmsprop_multi", rmsprop_multi, grads, square_avgs,
-                   grad_avgs, momentum_buffers, params, lr, alpha, eps,
-                   eps_root, weight_decay, momentum, centered, maximize);
-}
-
 TORCH_LIBRARY_FRAGMENT(metafuse, m) {
-  m.def("rmsprop(Tensor grad, Tensor square_avg, Tensor? grad_avg=None, "
-        "Tensor? momentum_buffer=None, Tensor? param=None, *, "
-        "float lr=0.01, float alpha=0.99, float eps=1e-8, float eps_root=0.0, "
-        "float weight_decay=0.0, float momentum=0.0, bool centered=False, "
-        "bool maximize=False) -> (Tensor update, Tensor square_avg, "
-        "Tensor grad_avg, Tensor momentum_buffer)",
-        TORCH_FN(kernels::rmsprop_impl));
-  m.def("rmsprop_multi(Tensor[] grads, Tensor[] square_avgs, "
-        "Tensor[] grad_avgs, Tensor[] momentum_buffers, Tensor[] params, *, "
-        "float lr=0.01, float alpha=0.99, float eps=1e-8, float eps_root=0.0, "
-        "float weight_decay=0.0, float momentum=0.0, bool centered=False, "
-        "bool maximize=False) -> (Tensor[] updates, Tensor[] square_avgs, "
-        "Tensor[] grad_avgs, Tensor[] momentum_buffers)",
-        TORCH_FN(kernels::rmsprop_multi_impl));
-  m.def("rmsprop_multi_(Tensor[] grads, Tensor(a!)[] square_avgs, "
-        "Tensor(b!)[] grad_avgs, Tensor(c!)[] momentum_buffers, "
-        "Tensor(d!)[] params, *, float lr=0.01, float alpha=0.99, "
-        "float eps=1e-8, float eps_root=0.0, float weight_decay=0.0, "
-        "float momentum=0.0, bool centered=False, bool maximize=False) -> ()",
-        TORCH_FN(kernels::rmsprop_multi_inplace_impl));
+  kernels::RegisterFusedOp<kernels::RmsProp>(m);
 }
 
 }  // namespace metafuse
