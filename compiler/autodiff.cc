@@ -73,7 +73,7 @@ bool IsNonDifferentiable(const Node* n) {
 
 // Multi-output ops with a rule (the rule reads the cotangents it needs).
 bool HasMultiOutputRule(const std::string& name) {
-  return name == "aten::max_pool2d_with_indices";
+  return name == "aten::max_pool2d_with_indices" || name == "metafuse::adam";
 }
 
 }  // namespace
@@ -153,7 +153,5 @@ std::vector<Value*> AppendVjp(Graph& graph, const std::vector<Value*>& outputs,
   }
   return result;
 }
-
-namespace {
 
 }  // namespace metafuse::compiler

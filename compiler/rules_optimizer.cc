@@ -1,63 +1,90 @@
 // Derivative rules: fused optimizer updates (metafuse::adam).
+//
+// The closed form is not written here: it is kernels/optim_math.h's
+// AdamBackwardElement, the one the fused kernels and their ATen backward
+// instantiate, instantiated once more with a symbolic value type whose
+// arithmetic emits primitive IR.
 #include "compiler/derivative_rules.h"
+#include "kernels/optim_math.h"
 
 namespace metafuse::compiler::rules {
 namespace {
 
+// A value of the emitted program, or a known zero (v == nullptr): the
+// closed form multiplies by coefficients that are 0 or 1 for most options
+// (no weight decay, no maximize), which fold away instead of becoming nodes.
+struct Symbolic {
+  Emit* e = nullptr;
+  Value* v = nullptr;
+  bool zero() const { return v == nullptr; }
+};
+
+Symbolic Make(const Symbolic& like, Value* v) { return Symbolic{like.e, v}; }
+
+Symbolic operator+(const Symbolic& a, const Symbolic& b) {
+  if (a.zero()) return b;
+  if (b.zero()) return a;
+  return Make(a, a.e->add(a.v, b.v));
+}
+Symbolic operator-(const Symbolic& a, const Symbolic& b) {
+  if (b.zero()) return a;
+  if (a.zero()) return Make(b, b.e->neg(b.v));
+  return Make(a, a.e->sub(a.v, b.v));
+}
+Symbolic operator*(const Symbolic& a, const Symbolic& b) {
+  if (a.zero() || b.zero()) return Symbolic{a.e ? a.e : b.e, nullptr};
+  return Make(a, a.e->mul(a.v, b.v));
+}
+Symbolic operator/(const Symbolic& a, const Symbolic& b) {
+  if (b.zero()) throw UnsupportedOp("metafuse::adam (a symbolic division by zero)");
+  if (a.zero()) return a;
+  return Make(a, a.e->div(a.v, b.v));
+}
+Symbolic operator*(const Symbolic& a, double c) {
+  if (a.zero() || c == 0.0) return Symbolic{a.e, nullptr};
+  if (c == 1.0) return a;
+  return Make(a, a.e->mul(a.v, a.e->c(c)));
+}
+Symbolic operator*(double c, const Symbolic& a) { return a * c; }
+Symbolic operator+(const Symbolic& a, double c) {
+  if (c == 0.0) return a;
+  if (a.zero()) throw UnsupportedOp("metafuse::adam (a constant where a tensor was expected)");
+  return Make(a, a.e->add(a.v, a.e->c(c)));
+}
+
 // metafuse::adam(grad, mu, nu, param?, *, count, lr, b1, b2, eps, eps_root,
 // weight_decay, decoupled_weight_decay, maximize) -> (update, mu', nu').
-// Closed form (g' = +-grad (+ wd * param when coupled)):
-//   mu' = b1 mu + (1 - b1) g'          nu' = b2 nu + (1 - b2) g'^2
-//   s = sqrt(nu' / bc2 + eps_root)     d = s + eps
-//   update = -lr (mu' / bc1) / d  (- lr wd param when decoupled)
-// Cotangents (gu, gm, gn) of (update, mu', nu'):
-//   gm_total = gm - gu lr / (bc1 d)
-//   gn_total = gn + gu lr (mu' / bc1) / (2 bc2 s d^2)
-//   d grad  = +-((1 - b1) gm_total + 2 (1 - b2) g' gn_total)
-//   d mu    = b1 gm_total            d nu = b2 gn_total
-//   d param = wd d g' (coupled)  or  -lr wd gu (decoupled)
+// The root r = sqrt(nu' / bc2 + eps_root) is recomputed from nu' (the node
+// does not output it); everything else is the shared closed form.
 Grads AdamRule(Emit& e, Node* n, const Grads& go) {
   auto constant = [&](const char* name) {
     auto iv = torch::jit::toIValue(n->namedInput(Symbol::attr(name)));
-    if (!iv)
-      throw UnsupportedOp("metafuse::adam with non-constant hyperparameters");
+    if (!iv) throw UnsupportedOp("metafuse::adam with non-constant hyperparameters");
     return *iv;
   };
-  const int64_t count = constant("count").toInt();
-  const double lr = constant("lr").toDouble(), b1 = constant("b1").toDouble(),
-               b2 = constant("b2").toDouble(), eps = constant("eps").toDouble(),
-               eps_root = constant("eps_root").toDouble(),
-               wd = constant("weight_decay").toDouble();
-  const bool decoupled = constant("decoupled_weight_decay").toBool(),
-             maximize = constant("maximize").toBool();
-  const double bc1 = 1.0 - std::pow(b1, count), bc2 = 1.0 - std::pow(b2, count);
-  Value* grad = n->input(0);
+  const kernels::AdamCoeffs<double> c = kernels::MakeAdamCoeffs<double>(
+      constant("count").toInt(), constant("lr").toDouble(), constant("b1").toDouble(),
+      constant("b2").toDouble(), constant("eps").toDouble(), constant("eps_root").toDouble(),
+      constant("weight_decay").toDouble(), constant("decoupled_weight_decay").toBool(),
+      constant("maximize").toBool());
   Value* param = n->input(3);
   const bool has_param = param->type()->kind() != c10::TypeKind::NoneType;
-  Value* mu_new = n->output(1);
-  Value* nu_new = n->output(2);
-  Value* gu = go[0] ? go[0] : e.zeros_like(n->output(0));
-  Value* gm = go[1] ? go[1] : e.zeros_like(mu_new);
-  Value* gn = go[2] ? go[2] : e.zeros_like(nu_new);
-  // g' as the op saw it.
-  Value* g_eff = maximize ? e.neg(grad) : grad;
-  if (!decoupled && wd != 0.0 && has_param)
-    g_eff = e.add(g_eff, e.mul(param, e.c(wd)));
-  Value* s =
-      e.op("aten::sqrt", {e.add(e.div(nu_new, e.c(bc2)), e.c(eps_root))});
-  Value* d = e.add(s, e.c(eps));
-  Value* gm_total = e.sub(gm, e.div(e.mul(gu, e.c(lr / bc1)), d));
-  Value* numerator = e.mul(e.mul(gu, mu_new), e.c(lr / (2.0 * bc1 * bc2)));
-  Value* gn_total = e.add(gn, e.div(numerator, e.mul(s, e.mul(d, d))));
-  Value* d_geff = e.add(e.mul(gm_total, e.c(1.0 - b1)),
-                        e.mul(e.mul(g_eff, gn_total), e.c(2.0 * (1.0 - b2))));
+  const Symbolic zero{&e, nullptr};
+  auto symbolic = [&](Value* v) { return Symbolic{&e, v}; };
+  const Symbolic mu_new = symbolic(n->output(1));
+  const Symbolic nu_new = symbolic(n->output(2));
+  const Symbolic root =
+      symbolic(e.op("aten::sqrt", {(nu_new * c.inv_bc2 + c.eps_root).v}));
+  auto cotangent = [&](size_t i) { return go[i] ? symbolic(go[i]) : zero; };
+  Symbolic grad_g, grad_p, grad_mu, grad_nu;
+  kernels::AdamBackwardElement<Symbolic, double>(
+      c, symbolic(n->input(0)), has_param ? symbolic(param) : zero, mu_new, root,
+      cotangent(0), cotangent(1), cotangent(2), &grad_g, &grad_p, &grad_mu, &grad_nu);
   Grads r(n->inputs().size(), nullptr);
-  r[0] = maximize ? e.neg(d_geff) : d_geff;
-  r[1] = e.mul(gm_total, e.c(b1));
-  r[2] = e.mul(gn_total, e.c(b2));
-  if (has_param && wd != 0.0) {
-    r[3] = decoupled ? e.mul(gu, e.c(-lr * wd)) : e.mul(d_geff, e.c(wd));
-  }
+  r[0] = grad_g.v;
+  r[1] = grad_mu.v;
+  r[2] = grad_nu.v;
+  if (has_param) r[3] = grad_p.v;
   return r;
 }
 
