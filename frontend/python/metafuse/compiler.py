@@ -255,10 +255,19 @@ class _CompiledBase:
         return [stage for program in self._compiled() for stage in program.stages()]
 
     def program(self, *args):
-        """The compiled program a call with ``args`` runs, as a value
-        (``metafuse._C._compiler.CompiledProgram``: ``dump()``,
-        ``serialize()``); compiles for their guard first if needed. Raises
-        RuntimeError when that guard runs eagerly."""
+        """The compiled program a call with ``args`` runs, as a value.
+
+        Args:
+            *args: the arguments of a call (compiles for their guard first
+                if needed).
+
+        Returns:
+            A ``metafuse._C._compiler.CompiledProgram``: ``dump()`` (text),
+            ``serialize()`` (bytes; ``deserialize_program`` reads them back,
+            ``ExecutableProgram`` runs them).
+
+        Raises:
+            RuntimeError: the call runs eagerly (a compilation fallback)."""
         self(*args)
         entry, leaves = self._entry_and_leaves(args)
         if isinstance(entry, str):
@@ -397,16 +406,40 @@ class CompiledInnerLoop(_CompiledBase):
 
 
 def compile_inner_loop(loss_fn, optimizer, steps, *, return_losses=False):
-    """Returns ``adapt(params, *batch) -> adapted params`` (and the stacked
-    inner losses when ``return_losses``); see the module docstring."""
+    """Compiles an unrolled inner loop into one autograd node (see the
+    module docstring).
+
+    Args:
+        loss_fn: ``loss_fn(params, *batch) -> scalar tensor``, the per-step
+            inner loss; ``params`` is any pytree of tensors.
+        optimizer: a metafuse GradientTransformation (``metafuse.sgd``,
+            ``adam`` or ``adamw``; others run eagerly with a warning).
+        steps: the number of inner updates, an integer >= 1.
+        return_losses: also return the K inner losses.
+
+    Returns:
+        A CompiledInnerLoop ``adapt``: ``adapt(params, *batch)`` returns the
+        adapted params (a pytree like ``params``), and with
+        ``return_losses`` a ``(adapted, losses)`` pair, differentiable with
+        respect to ``params``, closed-over tensors and a tensor learning
+        rate through the compiled meta-backward."""
     return CompiledInnerLoop(loss_fn, optimizer, steps, return_losses)
 
 
 def grad(output, inputs):
-    """Gradient of a scalar ``output`` with respect to a pytree of tensors,
-    as a pytree of the same structure; differentiable (create_graph), zeros
-    where ``output`` does not depend on a leaf. Inside a function compiled
-    with metafuse.compile it becomes a symbolic gradient of the program."""
+    """Gradient of a scalar with respect to a pytree of tensors.
+
+    Inside a function compiled with metafuse.compile it becomes a symbolic
+    gradient of the program; outside, it is torch.autograd.grad with
+    create_graph.
+
+    Args:
+        output: a scalar tensor.
+        inputs: a tensor or a pytree of tensors.
+
+    Returns:
+        A pytree shaped like ``inputs``: the differentiable gradient, zeros
+        where ``output`` does not depend on a leaf."""
     leaves, spec = _tree.flatten(inputs)
     if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
         raise TypeError("metafuse.grad: `inputs` must be a tensor or a pytree of "
@@ -511,11 +544,18 @@ class CompiledFunction(_CompiledBase):
 
 def compile(fn=None, *, argnums=(0,)):  # noqa: A001 (the public name)
     """Decorator: compiles a function that writes its own inner loop with
-    metafuse's optimizer API and ``metafuse.grad``. The result is
-    differentiable with respect to the arguments in ``argnums`` (pytrees of
-    tensors; default: the first) and the tensors the function closes over;
-    other arguments are data. Cached per guard, with the same fallback rules
-    as compile_inner_loop."""
+    metafuse's optimizer API and ``metafuse.grad``. Cached per guard, with
+    the same fallback rules as compile_inner_loop.
+
+    Args:
+        fn: the function; its arguments and results are pytrees of tensors.
+        argnums: index or indices of the arguments to differentiate (default:
+            the first); the tensors the function closes over are
+            differentiated too, other arguments are data.
+
+    Returns:
+        A CompiledFunction with ``fn``'s call signature (or, without ``fn``,
+        a decorator that makes one)."""
     argnums = (argnums,) if isinstance(argnums, numbers.Integral) else tuple(argnums)
     if not argnums or any(not isinstance(a, numbers.Integral) or a < 0 for a in argnums):
         raise ValueError(f"metafuse.compile: `argnums` must be non-negative integers, "
@@ -560,13 +600,20 @@ def _total_us(summary):
 
 
 def profile(fn, *args, backward=True, trace_path=None, quiet=False):
-    """Runs a compiled function (compile_inner_loop or compile) with every
-    runtime instruction timed, forward and, with ``backward``, the compiled
-    meta-backward (seeded with ones): once with fusion off (the generic
-    program) and once with it on (specialized, fused kernels), after one
-    untimed call of each so that neither holds compilation. Prints both
-    tables unless ``quiet``; writes the fused run's Chrome trace to
-    ``trace_path`` if given."""
+    """Times every runtime instruction of a compiled function, fused versus
+    unfused: once with fusion off (the generic program) and once with it on
+    (specialized, fused kernels), after one untimed call of each so that
+    neither holds compilation.
+
+    Args:
+        fn: a result of compile_inner_loop or compile.
+        *args: the arguments of one call.
+        backward: also time the compiled meta-backward (seeded with ones).
+        trace_path: where to write the fused run's Chrome trace (optional).
+        quiet: do not print the two tables.
+
+    Returns:
+        A ProfileResult (tables, totals, trace, per-guard fusion reports)."""
     if not isinstance(fn, (CompiledInnerLoop, CompiledFunction)):
         raise TypeError("metafuse.profile: `fn` must be a function returned by "
                         "compile_inner_loop or compile")

@@ -13,10 +13,6 @@
 #include "tests/cpp/codegen/test_kernels.h"
 
 namespace metafuse::codegen {
-using runtime::JitKernel;
-using runtime::KernelCache;
-using runtime::LlvmJit;
-using runtime::LlvmHostTarget;
 namespace {
 
 using kir::DType;
