@@ -153,6 +153,7 @@ class KernelBuilder {
 };
 
 // Reference semantics: runs the kernel as a scalar loop over [0, n).
+// Defined in interpreter.cc, target //compiler/codegen:interpreter.
 // inputs[k] points to the k-th input's buffer (of its dtype), outputs[k] to
 // the k-th output's buffer, scalars[k] is the k-th scalar parameter.
 absl::Status Interpret(const Kernel& kernel, int64_t n,
