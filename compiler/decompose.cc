@@ -426,12 +426,6 @@ Value* Elu(Graph& g, Value* x, double alpha, double scale, double input_scale) {
                 neg_branch);
 }
 
-c10::optional<double> ScalarArg(Value* v) {
-  auto iv = ConstantOf(v);
-  if (!iv || !(iv->isDouble() || iv->isInt())) return c10::nullopt;
-  return iv->toScalar().toDouble();
-}
-
 // Each rewrite returns the replacement value or nullptr when the node's
 // arguments are outside what the rewrite supports.
 using Rewrite = std::function<Value*(Graph&, Node*)>;
@@ -672,7 +666,7 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        }},
       {"aten::leaky_relu",  // the slope at 0, as eager
        [](Graph& g, Node* n) -> Value* {
-         auto slope = ScalarArg(n->input(1));
+         auto slope = ConstantNumber(n->input(1));
          if (!slope) return Reject("a constant negative_slope expected");
          Value* x = n->input(0);
          return Select(g, "aten::gt", x, Filled(g, x, 0.0), x,
@@ -680,8 +674,8 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        }},
       {"aten::elu",
        [](Graph& g, Node* n) -> Value* {
-         auto alpha = ScalarArg(n->input(1)), scale = ScalarArg(n->input(2)),
-              input_scale = ScalarArg(n->input(3));
+         auto alpha = ConstantNumber(n->input(1)), scale = ConstantNumber(n->input(2)),
+              input_scale = ConstantNumber(n->input(3));
          if (!alpha || !scale || !input_scale)
            return Reject("constant alpha/scale expected");
          return Elu(g, n->input(0), *alpha, *scale, *input_scale);
@@ -737,7 +731,7 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        }},
       {"aten::hardtanh",  // zero gradient at the bounds, as eager
        [](Graph& g, Node* n) -> Value* {
-         auto lo = ScalarArg(n->input(1)), hi = ScalarArg(n->input(2));
+         auto lo = ConstantNumber(n->input(1)), hi = ConstantNumber(n->input(2));
          if (!lo || !hi) return Reject("constant min_val/max_val expected");
          Value* x = n->input(0);
          Value* upper =
@@ -753,13 +747,13 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          }
          Value* out = n->input(0);
          if (!IsNone(n->input(2))) {
-           auto hi = ScalarArg(n->input(2));
+           auto hi = ConstantNumber(n->input(2));
            if (!hi) return Reject("constant bounds expected");
            out = Select(g, "aten::gt", out, Filled(g, out, *hi),
                         Filled(g, out, *hi), out);
          }
          if (!IsNone(n->input(1))) {
-           auto lo = ScalarArg(n->input(1));
+           auto lo = ConstantNumber(n->input(1));
            if (!lo) return Reject("constant bounds expected");
            out = Select(g, "aten::lt", n->input(0), Filled(g, out, *lo),
                         Filled(g, out, *lo), out);

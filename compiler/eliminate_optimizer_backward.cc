@@ -27,15 +27,6 @@ const Symbol kNeg = Symbol::fromQualString("aten::neg");
 const Symbol kSqrt = Symbol::fromQualString("aten::sqrt");
 const Symbol kAdam = Symbol::fromQualString("metafuse::adam");
 
-// The value of a constant int or float, else nothing.
-std::optional<double> Number(Value* v) {
-  auto iv = torch::jit::toIValue(v);
-  if (!iv) return std::nullopt;
-  if (iv->isDouble()) return iv->toDouble();
-  if (iv->isInt()) return static_cast<double>(iv->toInt());
-  return std::nullopt;
-}
-
 
 bool OneUse(Value* v) { return v->uses().size() == 1; }
 
@@ -62,7 +53,7 @@ struct ScalarOp {
 std::optional<ScalarOp> ByNumber(Value* v, Symbol kind) {
   Node* n = Producer(v, kind, 2);
   if (n == nullptr || !IsTensor(n->input(0))) return std::nullopt;
-  auto c = Number(n->input(1));
+  auto c = ConstantNumber(n->input(1));
   if (!c) return std::nullopt;
   return ScalarOp{n, n->input(0), *c};
 }
@@ -71,8 +62,8 @@ std::optional<ScalarOp> ByNumber(Value* v, Symbol kind) {
 std::optional<ScalarOp> PlusNumber(Value* v) {
   Node* n = Producer(v, kAdd, 3);
   if (n == nullptr || !IsTensor(n->input(0))) return std::nullopt;
-  auto c = Number(n->input(1));
-  auto alpha = Number(n->input(2));
+  auto c = ConstantNumber(n->input(1));
+  auto alpha = ConstantNumber(n->input(2));
   if (!c || !alpha || *alpha != 1.0) return std::nullopt;
   return ScalarOp{n, n->input(0), *c};
 }
@@ -88,7 +79,7 @@ std::optional<AddOp> AddTensors(Value* v) {
   Node* n = Producer(v, kAdd, 3);
   if (n == nullptr || !IsTensor(n->input(0)) || !IsTensor(n->input(1)))
     return std::nullopt;
-  auto alpha = Number(n->input(2));
+  auto alpha = ConstantNumber(n->input(2));
   if (!alpha) return std::nullopt;
   return AddOp{n, n->input(0), n->input(1), *alpha};
 }

@@ -1,4 +1,5 @@
 #include "compiler/inner_loop.h"
+#include "compiler/ir_helpers.h"
 
 #include <unordered_map>
 #include <unordered_set>
@@ -17,10 +18,6 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Symbol;
 using torch::jit::Value;
-
-Value* Op(Graph& g, const char* name, std::vector<torch::jit::NamedValue> args) {
-  return g.insert(Symbol::fromQualString(name), args);
-}
 
 // One metafuse::adam node (three outputs), inputs in schema order.
 Node* AdamNode(Graph& g, Value* grad, Value* mu, Value* nu, Value* param,
@@ -87,8 +84,8 @@ std::shared_ptr<Graph> BuildInnerLoopProgram(const Graph& loss_graph,
   const bool adam = o.kind != "sgd";
   if (adam) {
     for (Value* p : params) {
-      mu.push_back(Op(*program, "aten::zeros_like", {p}));
-      nu.push_back(Op(*program, "aten::zeros_like", {p}));
+      mu.push_back(InsertOp(*program, "aten::zeros_like", {p}));
+      nu.push_back(InsertOp(*program, "aten::zeros_like", {p}));
     }
   }
   for (int64_t step = 0; step < layout.steps; ++step) {
@@ -97,7 +94,7 @@ std::shared_ptr<Graph> BuildInnerLoopProgram(const Graph& loss_graph,
     Value* loss = torch::jit::insertGraph(*program, const_cast<Graph&>(loss_graph),
                                           call_inputs)[0];
     losses.push_back(loss);
-    Value* seed = Op(*program, "aten::ones_like", {loss});
+    Value* seed = InsertOp(*program, "aten::ones_like", {loss});
     std::vector<Value*> grads = AppendVjp(*program, {loss}, {seed}, params);
     torch::jit::WithInsertPoint at_end(program->return_node());
     for (size_t i = 0; i < params.size(); ++i) {
@@ -105,23 +102,23 @@ std::shared_ptr<Graph> BuildInnerLoopProgram(const Graph& loss_graph,
       if (adam) {
         Node* node = AdamNode(*program, grads[i], mu[i], nu[i], p, step + 1, o,
                               o.kind == "adamw");
-        params[i] = Op(*program, "aten::add", {p, node->output(0)});
+        params[i] = InsertOp(*program, "aten::add", {p, node->output(0)});
         mu[i] = node->output(1);
         nu[i] = node->output(2);
         continue;
       }
       // SGD: p - lr * (+-g + wd p), written in primitives (a tensor lr stays
       // differentiable).
-      Value* g = o.maximize ? Op(*program, "aten::neg", {grads[i]}) : grads[i];
+      Value* g = o.maximize ? InsertOp(*program, "aten::neg", {grads[i]}) : grads[i];
       if (o.weight_decay != 0.0) {
-        g = Op(*program, "aten::add",
-               {g, Op(*program, "aten::mul", {p, program->insertConstant(o.weight_decay)})});
+        g = InsertOp(*program, "aten::add",
+               {g, InsertOp(*program, "aten::mul", {p, program->insertConstant(o.weight_decay)})});
       }
       Value* step_value =
           lr_inputs.empty()
-              ? Op(*program, "aten::mul", {g, program->insertConstant(o.lr)})
-              : Op(*program, "aten::mul", {g, lr_inputs[o.lr_per_param ? i : 0]});
-      params[i] = Op(*program, "aten::sub", {p, step_value});
+              ? InsertOp(*program, "aten::mul", {g, program->insertConstant(o.lr)})
+              : InsertOp(*program, "aten::mul", {g, lr_inputs[o.lr_per_param ? i : 0]});
+      params[i] = InsertOp(*program, "aten::sub", {p, step_value});
     }
   }
   for (Value* p : params) program->registerOutput(p);

@@ -124,6 +124,8 @@ bool IsFusibleNode(const Node* node) {
   };
   const size_t n = node->inputs().size();
   switch (*form) {
+    case Form::kNone:
+      return false;  // FormOf never returns it
     case Form::kUnary:
       return n == 1 && IsFloat(out_dtype) && all_dtype(out_dtype, 0);
     case Form::kBinary:
@@ -272,6 +274,8 @@ absl::StatusOr<FusedKernelPlan> Lower(const Node* group) {
   const int var = *var##_or;
     const auto kind = node->kind();
     switch (*form) {
+      case Form::kNone:
+        return absl::InternalError("a node without a fuser form in a fusion group");
       case Form::kUnary: {
         MF_OPERAND(x, node->input(0), dt);
         int r = -1;
