@@ -1,5 +1,6 @@
 #include "compiler/lower_to_program.h"
 
+#include <mutex>
 #include <unordered_map>
 
 #include <torch/csrc/jit/ir/constants.h>
@@ -17,6 +18,18 @@ namespace prim = torch::jit::prim;
 using runtime::InstructionKind;
 using torch::jit::Node;
 using torch::jit::Value;
+
+// A schema's canonical text, printed once per process: schemas belong to
+// registered operators (stable addresses), and printing one costs more than
+// lowering its node.
+const std::string& SchemaText(const c10::FunctionSchema& schema) {
+  static std::mutex mu;
+  static auto* texts = new std::unordered_map<const c10::FunctionSchema*, std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = texts->find(&schema);
+  if (it == texts->end()) it = texts->emplace(&schema, c10::toString(schema)).first;
+  return it->second;
+}
 
 std::vector<int64_t> ConcreteSizes(const Value* v) {
   auto type = v->type()->cast<c10::TensorType>();
@@ -43,7 +56,7 @@ std::optional<runtime::ReductionPlan> ReductionPlanFor(const Node* node) {
   const auto out_sizes = *out_type->sizes().concrete_sizes();
   runtime::ReductionPlan plan;
   plan.out_sizes = out_sizes;
-  plan.fallback_schema = c10::toString(node->schema());
+  plan.fallback_schema = SchemaText(node->schema());
   if (node->kind() == aten::sum || node->kind() == aten::mean) {
     // Full reduction, no dtype argument: sum(x, None) / mean(x, None).
     if (node->inputs().size() != 2 || !torch::jit::toIValue(node->input(1)) ||
@@ -136,7 +149,7 @@ class Lowering {
       TORCH_CHECK(schema != nullptr && !schema->is_vararg(), "metafuse lowering: ", ins.name,
                   " has no registered operator schema; it cannot be part of a compiled program");
       ins.kind = InstructionKind::kOperator;
-      ins.schema = c10::toString(*schema);
+      ins.schema = SchemaText(*schema);
     }
     return ins;
   }
