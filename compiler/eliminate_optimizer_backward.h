@@ -17,7 +17,7 @@
 // gets its own rule: quotient rules, the sqrt rule, broadcasting undone by
 // sum_to_size. EliminateOptimizerBackward replaces each such chain by one
 // metafuse::adam node (outputs update, mu', nu'), whose derivative rule in
-// autodiff.cc is the reduced closed form of the whole update (it reads the
+// rules_optimizer.cc is the reduced closed form of the whole update (it reads the
 // forward's mu' and nu'; eps and eps_root are exact). It runs on the
 // primitive-set graph before differentiation, so both the gradient markers
 // and the meta-backward see the node.

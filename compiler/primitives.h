@@ -1,7 +1,7 @@
 // The primitive op set of metafuse's compiler.
 //
 // Every graph the compiler differentiates or runs is written in these ops
-// (after decomposition), and every derivative rule in autodiff.cc is written
+// (after decomposition), and every derivative rule (rules_*.cc) is written
 // in them too, so a derivative can itself be differentiated: the set is
 // closed under differentiation. docs/compiler.md lists it.
 //
