@@ -22,6 +22,7 @@ from metafuse.ops import ema_update
 
 # The differentiable-optimizer API (functional, torch.optim-style, meta).
 from metafuse import alias, diff, hook, schedule, transform, utils
+from metafuse import aot
 from metafuse.compiler import (CompilationFallbackWarning, compile,
                                compile_inner_loop, grad, profile)
 from metafuse.alias import (adadelta, adagrad, adam, adamax, adamw, radam,
@@ -51,7 +52,7 @@ def cuda_status():
 
 __all__ = [
     "build_info", "cuda_status", "ema_update", "ops", "tree",
-    "alias", "diff", "hook", "schedule", "transform", "utils",
+    "alias", "aot", "diff", "hook", "schedule", "transform", "utils",
     "compile_inner_loop", "compile", "grad", "profile",
     "CompilationFallbackWarning",
     "GradientTransformation", "apply_updates", "chain", "identity",
