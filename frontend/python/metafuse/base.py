@@ -18,6 +18,13 @@ from metafuse import tree as _tree
 
 _core = _C._optim
 
+EmptyState = _states.EmptyState
+UninitializedState = _states.UninitializedState
+
+__all__ = ["EmptyState", "UninitializedState", "GradientTransformation",
+           "ChainedGradientTransformation", "identity", "chain",
+           "apply_updates"]
+
 
 class GradientTransformation:
     """An optimizer or one of its parts: ``init(params)`` and ``update(...)``.

@@ -16,6 +16,9 @@ from metafuse import tree as _tree
 _SCALAR_FIELDS = frozenset({"count"})
 
 EmptyState = namedtuple("EmptyState", [])
+EmptyState.__doc__ = "The state of a stateless transformation."
+UninitializedState = namedtuple("UninitializedState", [])
+UninitializedState.__doc__ = "A state that is not initialized yet (TorchOpt)."
 ScaleByAdamState = namedtuple("ScaleByAdamState", ["mu", "nu", "count"])
 ScaleByAmsgradState = namedtuple("ScaleByAmsgradState",
                                  ["mu", "nu", "nu_max", "count"])
