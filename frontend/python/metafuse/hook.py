@@ -9,9 +9,9 @@ from metafuse.base import GradientTransformation
 _core = _C._optim
 
 
-def zero_nan_hook(grad):
+def zero_nan_hook(g):
     """Replaces NaN entries of a gradient by zeros."""
-    return torch.where(torch.isnan(grad), torch.zeros_like(grad), grad)
+    return torch.where(torch.isnan(g), torch.zeros_like(g), g)
 
 
 def nan_to_num_hook(nan=0.0, posinf=None, neginf=None):
@@ -29,3 +29,6 @@ def register_hook(hook):
                         f"{type(hook).__name__}")
     name = getattr(hook, "__name__", type(hook).__name__)
     return GradientTransformation(_core.register_hook(hook, name))
+
+
+__all__ = ["zero_nan_hook", "nan_to_num_hook", "register_hook"]

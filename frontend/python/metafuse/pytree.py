@@ -43,6 +43,22 @@ def PyTreeTypeVar(name, param):  # noqa: N802 (optree's name)
     return _typing.TypeVar(name, bound=PyTree[param])
 
 
+class PyTreeKind(__import__("enum").IntEnum):
+    """The kinds of tree nodes (optree's enumeration)."""
+
+    CUSTOM = 0
+    LEAF = 1
+    NONE = 2
+    TUPLE = 3
+    LIST = 4
+    DICT = 5
+    NAMEDTUPLE = 6
+    ORDEREDDICT = 7
+    DEFAULTDICT = 8
+    DEQUE = 9
+    STRUCTSEQUENCE = 10
+
+
 FlattenFunc = _typing.Callable[[_typing.Any], tuple]
 UnflattenFunc = _typing.Callable[[_typing.Any, _typing.Iterable], _typing.Any]
 
@@ -356,7 +372,7 @@ __all__ = [
     "treespec_is_leaf", "treespec_is_strict_leaf", "treespec_leaf",
     "treespec_none", "treespec_tuple", "treespec_paths",
     "register_pytree_node", "register_pytree_node_class", "PyTreeSpec",
-    "PyTreeDef", "PyTree", "PyTreeTypeVar", "CustomTreeNode", "FlattenFunc",
+    "PyTreeDef", "PyTreeKind", "PyTree", "PyTreeTypeVar", "CustomTreeNode", "FlattenFunc",
     "UnflattenFunc", "is_namedtuple", "is_namedtuple_class",
     "namedtuple_fields", "is_structseq", "is_structseq_class",
     "structseq_fields",

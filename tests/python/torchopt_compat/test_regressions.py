@@ -33,7 +33,7 @@ def linear_grads(bias=True):
 def test_weight_decay_inplace_on_view_gradients(make):
     params, grads = linear_grads()
     assert grads[0]._is_view(), "the weight gradient of nn.Linear is a view"
-    reference = [g.clone() for g in grads]
+    reference = tuple(g.clone() for g in grads)
     tx = make()
     expected, _ = tx.update(reference, tx.init(params), params=params, inplace=False)
     updates, _ = tx.update(grads, tx.init(params), params=params)  # inplace=True

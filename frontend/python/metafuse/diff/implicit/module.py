@@ -19,10 +19,19 @@
 
 Meta-parameters are found automatically: every tensor requiring grad and
 every parameter of every nn.Module passed to the constructor (buffers, e.g.
-of BatchNorm in eval mode, are constants). Inner parameters are all other
-parameters of the module. After ``solve`` the inner parameters are replaced
-by tensors whose backward is the implicit gradient (custom_root).
+of BatchNorm in eval mode, are constants). It is a
+:class:`metafuse.nn.MetaGradientModule`: those are kept apart, so
+``parameters()`` lists the inner parameters only (e.g. for an inner
+optimizer) and ``meta_parameters()`` the meta ones. After ``solve`` the inner
+parameters are replaced by tensors whose backward is the implicit gradient
+(custom_root).
+
+As in TorchOpt, a subclass without ``optimality`` or ``objective`` is a
+TypeError when it is defined, and ``solve`` on a module without inner
+parameters or without meta-parameters is a RuntimeError.
 """
+
+import inspect
 
 import functools
 
@@ -31,6 +40,7 @@ import torch
 from metafuse import tree as _tree
 from metafuse.diff.implicit import linear_solve as _linear_solve
 from metafuse.diff.implicit.custom_root import _ImplicitFunction
+from metafuse._meta_module import MetaGradientModule
 
 __all__ = ["ImplicitMetaGradientModule"]
 
@@ -46,11 +56,27 @@ def _meta_candidates(values):
     return found
 
 
-class ImplicitMetaGradientModule(torch.nn.Module):
+def _check_method(cls, name):
+    static = inspect.getattr_static(cls, name, None)
+    if static is None:
+        return False
+    if isinstance(static, staticmethod):
+        raise TypeError(f"method {name}() must not be a staticmethod.")
+    if isinstance(static, classmethod):
+        raise TypeError(f"method {name}() must not be a classmethod.")
+    if not callable(static):
+        raise TypeError(f"method {name}() must be callable.")
+    return True
+
+
+class ImplicitMetaGradientModule(MetaGradientModule):
     _linear_solve = None
 
     def __init_subclass__(cls, linear_solve=None, **kwargs):
         super().__init_subclass__(**kwargs)
+        if not (_check_method(cls, "optimality") or _check_method(cls, "objective")):
+            raise TypeError(f"{cls.__name__}: ImplicitMetaGradientModule requires "
+                            "either an optimality() method or an objective() method")
         if linear_solve is not None:
             if not callable(linear_solve):
                 raise TypeError(f"{cls.__name__}: `linear_solve` must be a solver "
@@ -79,13 +105,27 @@ class ImplicitMetaGradientModule(torch.nn.Module):
     # -- slots: every place a tensor sits in the module tree -----------------
     def _slots(self):
         slots = []
-        for module in self.modules():
-            for name, value in module._parameters.items():
-                if value is not None:
-                    slots.append((module._parameters, name, value))
-            for name, value in vars(module).items():
-                if isinstance(value, torch.Tensor) and not name.startswith("_"):
-                    slots.append((vars(module), name, value))
+        seen = set()
+
+        def visit(root):
+            for module in root.modules():
+                if id(module) in seen:
+                    continue
+                seen.add(id(module))
+                for name, value in module._parameters.items():
+                    if value is not None:
+                        slots.append((module._parameters, name, value))
+                metas = module.__dict__.get("_meta_parameters", {})
+                for name, value in metas.items():
+                    if value is not None:
+                        slots.append((metas, name, value))
+                for name, value in vars(module).items():
+                    if isinstance(value, torch.Tensor) and not name.startswith("_"):
+                        slots.append((vars(module), name, value))
+                for meta_module in module.__dict__.get("_meta_modules", {}).values():
+                    if meta_module is not None:
+                        visit(meta_module)
+        visit(self)
         return slots
 
 
@@ -117,8 +157,12 @@ def _solve(module, user_solve, args, kwargs):
     object.__setattr__(module, "_implicit_originals", {})
     meta, inner = _partition(module)
     if not inner:
-        raise ValueError(f"{name}: no inner parameters (nn.Parameters created "
-                         "in the module, not passed to its constructor)")
+        raise RuntimeError(f"{name}: The module has no parameters (inner "
+                           "nn.Parameters created in the module, not passed to "
+                           "its constructor).")
+    if not meta:
+        raise RuntimeError(f"{name}: The module has no meta-parameters (tensors "
+                           "requiring grad or modules passed to its constructor).")
     result = user_solve(module, *args, **kwargs)
     solution = [p.detach().clone() for _, _, p in inner]
     meta_tensors = [t for _, _, t in meta]
