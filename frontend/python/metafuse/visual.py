@@ -135,11 +135,15 @@ def make_dot(var, params=None, show_attrs=False, show_saved=False, max_attr_char
                      ranksep="0.1", height="0.2", fontname="monospace")
     dot = graphviz.Digraph(node_attr=node_attr, graph_attr=dict(size="12,12"))
     seen = set()
+    # Python wrappers of autograd nodes live only while referenced: keep them
+    # so that id() names each node once (no duplicates, no reuse).
+    keep = []
 
     def tensor_label(t, name=None):
         return f"{name}\n{_size(t)}" if name else _size(t)
 
     def add_tensor(t, color, name=None):
+        keep.append(t)
         key = str(id(t))
         if key not in seen:
             seen.add(key)
@@ -147,6 +151,7 @@ def make_dot(var, params=None, show_attrs=False, show_saved=False, max_attr_char
         return key
 
     def add_fn(fn):
+        keep.append(fn)
         key = str(id(fn))
         if key in seen:
             return key
@@ -210,3 +215,130 @@ def resize_graph(dot, size_per_element=0.5, min_size=12.0):
     size = max(float(min_size), len(dot.body) * float(size_per_element))
     dot.graph_attr.update(size=f"{size},{size}")
     return dot
+
+
+# -- compiled programs ----------------------------------------------------------
+_INSTRUCTION = re.compile(r"^(\d+): ([^\s(\[]+)(\[x\d+\])?\((.*?)\) -> (.*)$")
+_GROUP_LINE = re.compile(r"= metafuse::(FusionGroup_\d+)\[(.*?)\]\(")
+_GROUP_BODY = re.compile(r"^with metafuse::(FusionGroup_\d+) = graph")
+_OP = re.compile(r"= ((?:aten|prim|metafuse)::\w+)")
+
+
+def _fusion_groups(ir_text):
+    """kernel name -> (ops inside, reuse list) from a *_fused stage's IR."""
+    by_group, names, reuse = {}, {}, {}
+    current = None
+    for line in ir_text.splitlines():
+        header = _GROUP_BODY.match(line)
+        if header:
+            current = header.group(1)
+            by_group[current] = []
+            continue
+        if current is None:
+            match = _GROUP_LINE.search(line)
+            if match:
+                attrs = match.group(2)
+                name = re.search(r'name="([^"]+)"', attrs)
+                used = re.search(r"reuse=\[([^\]]*)\]", attrs)
+                if name:
+                    names[match.group(1)] = name.group(1)
+                    reuse[name.group(1)] = ([int(v) for v in used.group(1).split(",")
+                                             if v.strip()] if used else [])
+            continue
+        op = _OP.search(line)
+        if op and not op.group(1).startswith("prim::"):
+            by_group[current].append(op.group(1))
+    return {names[g]: (ops, reuse.get(names[g], [])) for g, ops in by_group.items()
+            if g in names}
+
+
+def _instructions(listing):
+    out = []
+    for line in listing.splitlines():
+        match = _INSTRUCTION.match(line.strip())
+        if match:
+            index, op, batch, args, results = match.groups()
+            out.append((int(index), op + (batch or ""), op,
+                        [a.strip() for a in args.split(",") if a.strip()],
+                        [r.strip() for r in results.split(",") if r.strip()]))
+    return out
+
+
+def make_program_dot(compiled, profile=None, program=0):
+    """The graph of a compiled program (from :func:`metafuse.compile_inner_loop`
+    or :func:`metafuse.compile`), as a ``graphviz.Digraph``: the forward and
+    the meta-backward, each a cluster of the instructions the runtime executes
+    (fused kernels in gold, each a cluster listing the operations it fused;
+    GEMMs in blue; other ATen calls in grey), data-flow edges between them, and
+    a dashed "reuses" edge where a fused kernel writes its output into an
+    input's buffer. With ``profile`` (the :class:`metafuse.compiler.ProfileResult`
+    of the same function) each instruction shows its measured time.
+    ``program`` picks the compiled guard (one per input signature)."""
+    graphviz = _graphviz()
+    programs = [entry[0] if isinstance(entry, tuple) else entry
+                for entry in getattr(compiled, "_programs", {}).values()
+                if not isinstance(entry, str)]
+    if not programs:
+        raise ValueError("make_program_dot: `compiled` must be a compiled function "
+                         "(compile_inner_loop or compile) that has run at least once "
+                         "without falling back to eager execution")
+    if not 0 <= program < len(programs):
+        raise ValueError(f"make_program_dot: `program` must be in [0, {len(programs)}), "
+                         f"got {program}")
+    prog = programs[program]
+    fused = prog.fusion()
+    listings = prog.fused_listing() if fused else prog.listing()
+    stages = dict(prog.stages())
+    times = {"forward": {}, "backward": {}}
+    if profile is not None:
+        import json
+        for event in json.loads(profile.chrome_trace)["traceEvents"]:
+            phase = event.get("cat")
+            if phase in times:
+                index = event.get("args", {}).get("instruction")
+                times[phase].setdefault(index, 0.0)
+                times[phase][index] += float(event.get("dur", 0.0))
+    dot = graphviz.Digraph(graph_attr=dict(rankdir="TB", compound="true"),
+                           node_attr=dict(shape="box", style="filled", fontsize="10",
+                                          fontname="monospace"))
+    for phase, listing in zip(("forward", "backward"), listings):
+        groups = _fusion_groups(stages.get(f"{phase}_fused", "")) if fused else {}
+        instructions = _instructions(listing)
+        produced = {}
+        with dot.subgraph(name=f"cluster_{phase}") as phase_graph:
+            phase_graph.attr(label=f"{phase} ({len(instructions)} instructions)",
+                             style="rounded", color="grey40")
+            for index, label, op, args, results in instructions:
+                key = f"{phase}_{index}"
+                text = f"{index}: {label}"
+                if index in times[phase]:
+                    text += f"\n{times[phase][index]:.1f} us"
+                if op.startswith("fused_"):
+                    ops, reuse = groups.get(label, ([], []))
+                    with phase_graph.subgraph(name=f"cluster_{key}") as cluster:
+                        cluster.attr(label=f"fusion group {label}", style="filled",
+                                     color="gold", fillcolor="lightyellow")
+                        cluster.node(key, text, fillcolor="gold")
+                        if ops:
+                            body = "\n".join(ops)
+                            cluster.node(f"{key}_ops", body, shape="note",
+                                         fillcolor="white", fontsize="8")
+                            cluster.edge(f"{key}_ops", key, style="invis")
+                    for out, source in zip(results, reuse):
+                        if 0 <= source < len(args) and args[source] in produced:
+                            phase_graph.edge(produced[args[source]], key, style="dashed",
+                                             color="darkorange", label="reuses")
+                else:
+                    color = "lightblue" if op.startswith("gemm") else "lightgrey"
+                    phase_graph.node(key, text, fillcolor=color)
+                for arg in args:
+                    if arg in produced:
+                        phase_graph.edge(produced[arg], key)
+                    else:
+                        input_key = f"{phase}_in_{arg[1:]}"
+                        phase_graph.node(input_key, f"input {arg}", shape="ellipse",
+                                         fillcolor="darkolivegreen1")
+                        phase_graph.edge(input_key, key)
+                for out in results:
+                    produced[out] = key
+    return resize_graph(dot, size_per_element=0.15)
