@@ -11,13 +11,11 @@ __all__ = ["is_available"]
 def is_available(devices=None):
     """True when the fused Adam operator runs on every device in
     ``devices`` (a device, a name, an index, or an iterable of them;
-    default: the CPU, and CUDA if torch sees a GPU)."""
+    default, as in TorchOpt: CUDA and the CPU, so False without a GPU)."""
     from metafuse import alias
 
     if devices is None:
-        devices = [torch.device("cpu")]
-        if torch.cuda.is_available():
-            devices.append(torch.device("cuda"))
+        devices = [torch.device("cuda"), torch.device("cpu")]
     elif isinstance(devices, (torch.device, str, int)):
         devices = [devices]
     try:

@@ -93,6 +93,8 @@ class GradientTransformation:
         param_leaves = None
         if params is not None:
             param_leaves = _leaves_like(spec, params, "params", "updates")
+        if not leaves:  # nothing to update (an empty tree)
+            return updates, state
         if state is None:  # a stateless transformation (TorchOpt allows it)
             raw_state = self._core.init(leaves)
         else:
@@ -112,27 +114,41 @@ class GradientTransformation:
                 raise TypeError(f"`updates` must be a pytree of tensors (or "
                                 f"None); leaf {i} is a "
                                 f"{type(with_none[i]).__name__}")
-        # The structure of the parameters: None leaves stand for tensors.
-        full = _tree.unflatten(none_spec, [_PLACEHOLDER if leaf is None else leaf
-                                           for leaf in with_none])
-        spec = _tree.flatten(full)[1]
-        param_leaves = None
+        if not present:
+            return _tree.unflatten(none_spec, with_none), state
         if params is not None:
-            param_leaves = _leaves_like(spec, params, "params", "updates")
-        if state is None:
-            raw = self._core.init([_PLACEHOLDER] * len(with_none))
+            # The state follows the parameters' tensors (None ones have none).
+            try:
+                param_with_none = list(_tree.flatten_as(none_spec, params))
+            except (ValueError, TypeError) as exc:
+                raise ValueError("`params` must have the same tree structure as "
+                                 f"`updates`: {exc}") from None
+            state_spec = _tree.flatten(params)[1]
         else:
-            raw = _states.to_raw(state, spec)
-        sub = _states.select_raw(raw, present)
-        sub_params = (None if param_leaves is None
-                      else [param_leaves[i] for i in present])
+            param_with_none = [_PLACEHOLDER] * len(with_none)
+            state_spec = _tree.flatten(_tree.unflatten(none_spec, param_with_none))[1]
+        tensor_index = [i for i, p in enumerate(param_with_none) if p is not None]
+        position = {i: k for k, i in enumerate(tensor_index)}
+        for i in present:
+            if i not in position:
+                raise ValueError(f"`updates` has a tensor at leaf {i} where "
+                                 "`params` has None")
+        if state is None:
+            raw = self._core.init([_PLACEHOLDER] * len(tensor_index))
+        else:
+            raw = _states.to_raw(state, state_spec)
+        indices = [position[i] for i in present]
+        sub = _states.select_raw(raw, indices)
+        sub_params = (None if params is None
+                      else [param_with_none[i] for i in present])
         new_sub, sub = self._core.update([with_none[i] for i in present], sub,
                                          sub_params, inplace)
-        raw = _states.scatter_raw(raw, sub, present)
+        raw = _states.scatter_raw(raw, sub, indices)
         out = [None] * len(with_none)
         for i, u in zip(present, new_sub):
             out[i] = u
-        return (_tree.unflatten(none_spec, out), _states.from_raw(raw, spec))
+        return (_tree.unflatten(none_spec, out),
+                _states.from_raw(raw, state_spec))
 
     def __repr__(self):
         if self._core is None and self._update_fn is not None:

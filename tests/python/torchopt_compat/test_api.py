@@ -70,8 +70,11 @@ def test_meta_optimizer_generic_impl_param_groups_and_state_dict():
 
 
 def test_use_accelerated_op_matches_the_plain_update():
-    assert torchopt.accelerated_op_available()
     assert torchopt.accelerated_op_available(torch.device("cpu"))
+    assert torchopt.accelerated_op_available(["cpu"])
+    # TorchOpt's default asks for CUDA and the CPU.
+    assert torchopt.accelerated_op_available() == torch.cuda.is_available()
+    assert not torchopt.accelerated_op_available("meta")
     torch.manual_seed(0)
     w = torch.randn(5, dtype=F64)
     g = torch.randn(5, dtype=F64)
