@@ -100,15 +100,17 @@ def hyperparameters(signature, args, kwargs, what):
 
 def make_class(name, base, stem, first_arg, doc, table):
     alias_fn = ALIASES[stem]
-    hyper_signature = inspect.Signature(signature_parameters(stem, table))
-
-    def __init__(self, target, *args, **kwargs):
-        base.__init__(self, target, alias_fn,
-                      hyperparameters(hyper_signature, args, kwargs, name))
-
     P = inspect.Parameter
+    hyper_params = signature_parameters(stem, table)
+    full_signature = inspect.Signature(
+        [P(first_arg, P.POSITIONAL_OR_KEYWORD)] + hyper_params)
+
+    def __init__(self, *args, **kwargs):
+        hyper = hyperparameters(full_signature, args, kwargs, name)
+        target = hyper.pop(first_arg)
+        base.__init__(self, target, alias_fn, hyper)
+
     __init__.__signature__ = inspect.Signature(
-        [P("self", P.POSITIONAL_OR_KEYWORD), P(first_arg, P.POSITIONAL_OR_KEYWORD)]
-        + list(hyper_signature.parameters.values()))
+        [P("self", P.POSITIONAL_OR_KEYWORD)] + list(full_signature.parameters.values()))
     return type(name, (base,), {"__init__": __init__, "__doc__": doc,
                                 "__module__": base.__module__})
