@@ -24,7 +24,7 @@ from metafuse.ops import ema_update
 # under TorchOpt 0.7.3's names: `import metafuse as torchopt` runs TorchOpt
 # programs (see docs/migration.md).
 from metafuse import alias, diff, hook, schedule, transform, utils
-from metafuse import (accelerated_op, base, clip, combine, linalg,
+from metafuse import (accelerated_op, base, clip, combine, linalg, version,
                       linear_solve, nn, optim, pytree, typing, update, visual)
 from metafuse.compiler import (CompilationFallbackWarning, compile,
                                compile_inner_loop, grad, profile)
@@ -48,7 +48,7 @@ from metafuse.utils import (ModuleState, extract_state_dict, functional_call,
                             module_clone, module_detach_, recover_state_dict,
                             stop_gradient)
 
-__version__ = "0.1.0"
+from metafuse.version import __version__  # noqa: E402
 
 
 def build_info():
@@ -80,5 +80,5 @@ __all__ = [
     "compile_inner_loop", "compile", "grad", "profile",
     "CompilationFallbackWarning", "GradientTransformation",
     "ChainedGradientTransformation", "EmptyState", "UninitializedState",
-    "identity", "ModuleState", "functional_call",
+    "identity", "ModuleState", "functional_call", "version",
 ]

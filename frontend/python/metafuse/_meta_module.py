@@ -57,10 +57,18 @@ class MetaGradientModule(torch.nn.Module):
                           and id(value) in self.__dict__.get("_meta_input_params", {}))
         is_meta_module = (isinstance(value, torch.nn.Module)
                           and id(value) in self.__dict__.get("_meta_input_modules", {}))
+        if isinstance(value, (torch.Tensor, torch.nn.Module)) \
+                and "_parameters" not in self.__dict__:
+            kind = "parameters" if isinstance(value, torch.Tensor) else "module"
+            raise AttributeError(f"cannot assign {kind} before Module.__init__() call")
+        if isinstance(value, torch.Tensor) and value.requires_grad and not is_meta_tensor:
+            # A tensor requiring grad is a parameter, Parameter or not (TorchOpt).
+            for container in (self.__dict__, self._buffers, self._modules,
+                              meta_params, meta_modules):
+                container.pop(name, None)
+            self.register_parameter(name, value)
+            return
         if is_meta_tensor or is_meta_module:
-            if "_parameters" not in self.__dict__:
-                raise AttributeError("cannot assign meta-parameters or meta-modules "
-                                     "before MetaGradientModule.__init__() call")
             for container in (self.__dict__, self._parameters, self._buffers,
                               self._modules, meta_params, meta_modules):
                 container.pop(name, None)
@@ -84,12 +92,42 @@ class MetaGradientModule(torch.nn.Module):
                 return
         super().__delattr__(name)
 
+    def _check_name(self, name, container, what="parameter"):
+        if not isinstance(name, str):
+            raise TypeError(f"{what} name should be a string. Got {torch.typename(name)}")
+        if "." in name:
+            raise KeyError(f"{what} name can't contain '.'")
+        if name == "":
+            raise KeyError(f"{what} name can't be empty string ''")
+        if hasattr(self, name) and name not in container:
+            raise KeyError(f"attribute '{name}' already exists")
+
+    def register_parameter(self, name, param):
+        """Adds ``param`` (a tensor requiring grad, Parameter or not, or None)
+        as the parameter ``name``; a meta-parameter is refused."""
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign parameter before Module.__init__() call")
+        self._check_name(name, self._parameters)
+        if param is not None:
+            if not isinstance(param, torch.Tensor):
+                raise TypeError(f"cannot assign '{torch.typename(param)}' object to "
+                                f"parameter '{name}' (torch.Tensor or None required)")
+            if not param.requires_grad:
+                raise ValueError("cannot assign Tensor that `requires_grad=False` to "
+                                 f"parameter '{name}'")
+            if id(param) in self.__dict__.get("_meta_input_params", {}):
+                raise ValueError(f"cannot assign Tensor that is a meta-parameter to "
+                                 f"parameter '{name}'. Use "
+                                 "self.register_meta_parameter() instead.")
+        self._parameters[name] = param
+
     def register_meta_parameter(self, name, param):
         """Adds ``param`` (a tensor requiring grad, or None) as the
         meta-parameter ``name``."""
-        if not isinstance(name, str) or not name or "." in name:
-            raise KeyError(f"meta-parameter name must be a non-empty string "
-                           f"without '.', got {name!r}")
+        if "_meta_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign meta-parameter before "
+                                 "MetaGradientModule.__init__() call")
+        self._check_name(name, self._meta_parameters)
         if param is not None:
             if not isinstance(param, torch.Tensor):
                 raise TypeError(f"meta-parameter {name!r} must be a Tensor or "
@@ -102,11 +140,8 @@ class MetaGradientModule(torch.nn.Module):
         """Adds ``meta_module`` (an nn.Module or None) as the meta-module
         ``name``."""
         if meta_module is not None and not isinstance(meta_module, torch.nn.Module):
-            raise TypeError(f"meta-module {name!r} must be an nn.Module or None, "
-                            f"got {type(meta_module).__name__}")
-        if not isinstance(name, str) or not name or "." in name:
-            raise KeyError(f"meta-module name must be a non-empty string "
-                           f"without '.', got {name!r}")
+            raise TypeError(f"{torch.typename(meta_module)} is not a Module subclass")
+        self._check_name(name, self._meta_modules, "module")
         self._modules.pop(name, None)
         self._meta_modules[name] = meta_module
 

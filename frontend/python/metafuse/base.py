@@ -22,7 +22,8 @@ EmptyState = _states.EmptyState
 UninitializedState = _states.UninitializedState
 
 __all__ = ["EmptyState", "UninitializedState", "GradientTransformation",
-           "ChainedGradientTransformation", "identity", "chain",
+           "ChainedGradientTransformation", "IdentityGradientTransformation",
+           "identity", "chain",
            "apply_updates"]
 
 
@@ -150,6 +151,27 @@ class GradientTransformation:
         return (_tree.unflatten(none_spec, out),
                 _states.from_raw(raw, state_spec))
 
+    def _parts(self):
+        if isinstance(self, ChainedGradientTransformation):
+            return self.transformations
+        return (self,)
+
+    def __eq__(self, other):
+        """TorchOpt's equality: identities are equal, a chain equals the
+        chain of the same parts, a one-part chain equals its part."""
+        if not isinstance(other, GradientTransformation):
+            return NotImplemented
+        a, b = self._parts(), other._parts()
+        if len(a) != len(b):
+            return False
+        return all(_same(x, y) for x, y in zip(a, b))
+
+    def __hash__(self):
+        parts = self._parts()
+        if len(parts) == 1 and isinstance(parts[0], _Identity):
+            return hash(_Identity)
+        return hash(tuple(id(p) for p in parts)) if len(parts) > 1 else object.__hash__(self)
+
     def __repr__(self):
         if self._core is None and self._update_fn is not None:
             return (f"GradientTransformation(init={self._init_fn!r}, "
@@ -158,6 +180,16 @@ class GradientTransformation:
 
 
 _PLACEHOLDER = torch.zeros(())
+
+
+def _same(x, y):
+    if x is y:
+        return True
+    if isinstance(x, _Identity) and isinstance(y, _Identity):
+        return True
+    if x._update_fn is not None:
+        return x._init_fn == y._init_fn and x._update_fn == y._update_fn
+    return False
 
 
 class ChainedGradientTransformation(GradientTransformation):
@@ -211,8 +243,13 @@ class ChainedGradientTransformation(GradientTransformation):
         return f"ChainedGradientTransformation(\n    {inner},\n)"
 
 
-class _Identity(GradientTransformation):
+class IdentityGradientTransformation(GradientTransformation):
+    """identity(): passes updates through (TorchOpt's class name)."""
+
     __slots__ = ()
+
+
+_Identity = IdentityGradientTransformation
 
 
 def chain(*transformations):

@@ -12,4 +12,6 @@ def chain_flat(*transformations):
     return chain(*transformations)
 
 
+chain.flat = chain_flat  # TorchOpt: torchopt.chain.flat(...)
+
 del ChainedGradientTransformation

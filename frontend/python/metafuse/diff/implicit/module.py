@@ -72,6 +72,12 @@ def _check_method(cls, name):
 class ImplicitMetaGradientModule(MetaGradientModule):
     _linear_solve = None
 
+    def __new__(cls, *args, **kwargs):
+        if not callable(getattr(cls, "solve", None)):
+            raise TypeError(f"Can't instantiate abstract class {cls.__name__} with "
+                            "abstract method solve")
+        return super().__new__(cls, *args, **kwargs)
+
     def __init_subclass__(cls, linear_solve=None, **kwargs):
         super().__init_subclass__(**kwargs)
         if not (_check_method(cls, "optimality") or _check_method(cls, "objective")):
@@ -134,11 +140,15 @@ def _partition(module):
     meta_ids = getattr(module, "_meta_ids", set())
     originals = getattr(module, "_implicit_originals", {})
     meta, inner = [], []
+    # Parameters: nn.Parameters, and tensors requiring grad registered as
+    # parameters (a MetaGradientModule accepts them, as TorchOpt's does).
+    parameter_dicts = {id(m._parameters) for m in module.modules()}
     for container, name, value in module._slots():
         original = originals.get((id(container), name), (None, None, value))[2]
         if id(original) in meta_ids:
             meta.append((container, name, original))
-        elif isinstance(original, torch.nn.Parameter) and original.requires_grad:
+        elif original.requires_grad and (isinstance(original, torch.nn.Parameter)
+                                          or id(container) in parameter_dicts):
             inner.append((container, name, original))
     return meta, inner
 
