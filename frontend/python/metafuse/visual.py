@@ -92,6 +92,8 @@ def _names(params):
         for item in items:
             try:
                 name, tensor = item
+                if isinstance(name, torch.Tensor) and isinstance(tensor, str):
+                    name, tensor = tensor, name  # {tensor: name} (TorchOpt's example)
             except (TypeError, ValueError):
                 raise TypeError("make_dot: `params` must be a dict name -> tensor, "
                                 "an iterable of (name, tensor) pairs (named_parameters()), "

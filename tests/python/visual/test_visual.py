@@ -62,9 +62,10 @@ def test_make_dot_unfused_update_is_a_chain_of_operations():
 def test_make_dot_params_forms_attrs_and_saved():
     w = torch.randn(3, requires_grad=True)
     y = (w.exp() * 2).sum()
-    for params in ({"w": w}, [("w", w)], iter([("w", w)])):
-        assert "w\n(3)" in "".join(torchopt.visual.make_dot(y, params).body) or \
-            'label="w' in "".join(torchopt.visual.make_dot(y, params).body)
+    for params in ({"w": w}, {w: "w"}, [("w", w)], iter([("w", w)])):
+        body = "".join(torchopt.visual.make_dot(y, params).body)
+        assert 'label="w' in body and "lightblue" in body
+    assert 'label="w' not in "".join(torchopt.visual.make_dot(y).body)
     plain = torchopt.visual.make_dot(y, {"w": w})
     detailed = torchopt.visual.make_dot(y, {"w": w}, show_attrs=True, show_saved=True)
     text = "".join(detailed.body)
