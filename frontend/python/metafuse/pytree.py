@@ -7,13 +7,12 @@ none_is_leaf=False, namespace='')``, ...); ``PyTreeSpec`` is
 :class:`metafuse.tree.TreeSpec`. The arithmetic (``tree_add``,
 ``tree_sub_scalar_mul``, ``tree_vdot_real``, ...) uses metafuse.tree's C++
 kernels where they exist. Not provided (rarely used outside optree itself):
-the broadcasting helpers (``broadcast_prefix``, ``tree_broadcast_*``,
-``prefix_errors``), ``tree_transpose``, ``tree_flatten_one_level``,
+the broadcasting helpers ``tree_broadcast_common``, ``broadcast_common``,
+``tree_broadcast_map*`` and ``prefix_errors``, ``tree_transpose``, ``tree_flatten_one_level``,
 ``Partial``, the legacy key-path classes, and ``tree_as_rref`` /
 ``tree_to_here`` (the distributed API).
 """
 
-import collections as _collections
 import functools as _functools
 import operator as _operator
 import typing as _typing
@@ -231,6 +230,83 @@ def treespec_paths(treespec):
     return tree_paths(_tree.unflatten(treespec, [0] * treespec.num_leaves))
 
 
+def treespec_children(treespec):
+    """The TreeSpecs of the node's children."""
+    return list(treespec.children())
+
+
+def treespec_child(treespec, index):
+    return treespec_children(treespec)[index]
+
+
+def treespec_entries(treespec):
+    """The keys (dict), field names (namedtuple) or indices of the children."""
+    if treespec.is_leaf():
+        return []
+    node = _tree.unflatten(treespec, [0] * treespec.num_leaves)
+    if isinstance(node, dict):
+        keys = list(node)
+        if type(node) is dict:  # visited in sorted key order
+            return sorted(keys, key=lambda k: (str(type(k)), k))
+        return keys
+    if is_namedtuple(node):
+        return list(node._fields)
+    return list(range(treespec.num_children))
+
+
+def treespec_entry(treespec, index):
+    return treespec_entries(treespec)[index]
+
+
+def treespec_is_prefix(treespec, other_treespec, strict=False):
+    """True when ``other_treespec`` is ``treespec`` with some leaves replaced
+    by subtrees (``strict``: and not equal)."""
+    def prefix(a, b):
+        if a.is_leaf():
+            return True
+        if a.kind != b.kind or a.num_children != b.num_children or \
+                treespec_entries(a) != treespec_entries(b):
+            return False
+        return all(prefix(x, y) for x, y in zip(a.children(), b.children()))
+    return prefix(treespec, other_treespec) and not (strict and treespec == other_treespec)
+
+
+def treespec_is_suffix(treespec, other_treespec, strict=False):
+    return treespec_is_prefix(other_treespec, treespec, strict=strict)
+
+
+def broadcast_prefix(prefix_tree, full_tree, is_leaf=None, *, none_is_leaf=False,
+                     namespace=""):
+    """The leaves of ``prefix_tree``, each repeated for every leaf of the
+    subtree of ``full_tree`` it covers (a list as long as full's leaves)."""
+    leaves, prefix_spec = tree_flatten(prefix_tree, is_leaf, none_is_leaf=none_is_leaf,
+                                       namespace=namespace)
+    full_spec = tree_structure(full_tree, is_leaf, none_is_leaf=none_is_leaf,
+                               namespace=namespace)
+    if not treespec_is_prefix(prefix_spec, full_spec):
+        raise ValueError(f"broadcast_prefix: {prefix_spec} is not a prefix of {full_spec}")
+    counts = []
+
+    def count(a, b):
+        if a.is_leaf():
+            counts.append(b.num_leaves)
+        else:
+            for x, y in zip(a.children(), b.children()):
+                count(x, y)
+    count(prefix_spec, full_spec)
+    return [leaf for leaf, n in zip(leaves, counts) for _ in range(n)]
+
+
+def tree_broadcast_prefix(prefix_tree, full_tree, is_leaf=None, *, none_is_leaf=False,
+                          namespace=""):
+    """``full_tree``'s structure with each leaf replaced by the prefix leaf
+    covering it."""
+    spec = tree_structure(full_tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
+    return _tree.unflatten(spec, broadcast_prefix(prefix_tree, full_tree, is_leaf,
+                                                  none_is_leaf=none_is_leaf,
+                                                  namespace=namespace))
+
+
 # -- namedtuple / structseq ----------------------------------------------------
 def is_namedtuple_class(cls):
     return (isinstance(cls, type) and issubclass(cls, tuple)
@@ -370,7 +446,9 @@ __all__ = [
     "tree_map_with_path", "tree_map_with_path_", "tree_replace_nones",
     "tree_reduce", "tree_sum", "tree_max", "tree_min", "tree_all", "tree_any",
     "treespec_is_leaf", "treespec_is_strict_leaf", "treespec_leaf",
-    "treespec_none", "treespec_tuple", "treespec_paths",
+    "treespec_none", "treespec_tuple", "treespec_paths", "treespec_children",
+    "treespec_child", "treespec_entries", "treespec_entry", "treespec_is_prefix",
+    "treespec_is_suffix", "broadcast_prefix", "tree_broadcast_prefix",
     "register_pytree_node", "register_pytree_node_class", "PyTreeSpec",
     "PyTreeDef", "PyTreeKind", "PyTree", "PyTreeTypeVar", "CustomTreeNode", "FlattenFunc",
     "UnflattenFunc", "is_namedtuple", "is_namedtuple_class",
@@ -381,4 +459,3 @@ __all__ = [
     "tree_matmul", "tree_scalar_mul", "tree_truediv", "tree_vdot_real",
     "tree_wait",
 ]
-del _collections

@@ -234,3 +234,22 @@ def test_deepcopy_of_states_and_optimizers():
     state = tx.init(w)
     copied = copy.deepcopy(state)
     assert copied[0].mu is not state[0].mu
+
+
+def test_pytree_treespec_helpers_and_broadcast_prefix():
+    pt = torchopt.pytree
+    full = {"b": [1, 2], "a": (3, {"x": 4, "y": 5})}
+    prefix = {"a": 0, "b": 9}
+    assert pt.treespec_entries(pt.tree_structure(full)) == ["a", "b"]
+    assert pt.treespec_entry(pt.tree_structure((1, 2)), 1) == 1
+    assert len(pt.treespec_children(pt.tree_structure(full))) == 2
+    assert pt.treespec_child(pt.tree_structure(full), 1).num_leaves == 2
+    assert pt.treespec_is_prefix(pt.tree_structure(prefix), pt.tree_structure(full))
+    assert not pt.treespec_is_prefix(pt.tree_structure(full), pt.tree_structure(prefix))
+    assert pt.treespec_is_suffix(pt.tree_structure(full), pt.tree_structure(prefix),
+                                 strict=True)
+    assert pt.broadcast_prefix(prefix, full) == [0, 0, 0, 9, 9]
+    assert pt.tree_broadcast_prefix(prefix, full) == {"a": (0, {"x": 0, "y": 0}),
+                                                     "b": [9, 9]}
+    with pytest.raises(ValueError, match="not a prefix"):
+        pt.broadcast_prefix([1, 2], full)
