@@ -167,10 +167,7 @@ class GradientTransformation:
         return all(_same(x, y) for x, y in zip(a, b))
 
     def __hash__(self):
-        parts = self._parts()
-        if len(parts) == 1 and isinstance(parts[0], _Identity):
-            return hash(_Identity)
-        return hash(tuple(id(p) for p in parts)) if len(parts) > 1 else object.__hash__(self)
+        return hash(tuple(_part_hash(p) for p in self._parts()))
 
     def __repr__(self):
         if self._core is None and self._update_fn is not None:
@@ -180,6 +177,14 @@ class GradientTransformation:
 
 
 _PLACEHOLDER = torch.zeros(())
+
+
+def _part_hash(x):
+    if isinstance(x, _Identity):
+        return hash(_Identity)
+    if x._update_fn is not None:
+        return hash((x._init_fn, x._update_fn))
+    return id(x)
 
 
 def _same(x, y):
