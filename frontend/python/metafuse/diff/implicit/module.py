@@ -83,6 +83,8 @@ class ImplicitMetaGradientModule(MetaGradientModule):
         if not (_check_method(cls, "optimality") or _check_method(cls, "objective")):
             raise TypeError(f"{cls.__name__}: ImplicitMetaGradientModule requires "
                             "either an optimality() method or an objective() method")
+        if "objective" in cls.__dict__ and not _check_method(cls, "optimality"):
+            cls.optimality = _optimality_from_objective
         if linear_solve is not None:
             if not callable(linear_solve):
                 raise TypeError(f"{cls.__name__}: `linear_solve` must be a solver "
@@ -135,6 +137,33 @@ class ImplicitMetaGradientModule(MetaGradientModule):
         return slots
 
 
+def _check_parameters(module, meta, inner):
+    name = type(module).__name__
+    if not inner:
+        raise RuntimeError(f"{name}: The module has no parameters (inner "
+                           "nn.Parameters created in the module, not passed to "
+                           "its constructor).")
+    if not meta:
+        raise RuntimeError(f"{name}: The module has no meta-parameters (tensors "
+                           "requiring grad or modules passed to its constructor).")
+
+
+def _optimality_from_objective(self, *args, **kwargs):
+    """The optimality condition of a module that defines ``objective``: the
+    gradient of the objective in the inner parameters (a tuple, in the order
+    of the inner parameters), differentiable (TorchOpt's automatic
+    optimality)."""
+    meta, inner = _partition(self)
+    _check_parameters(self, meta, inner)
+    value = type(self).objective(self, *args, **kwargs)
+    params = [p for _, _, p in inner]
+    grads = torch.autograd.grad(value, params, create_graph=True, allow_unused=True)
+    return tuple(torch.zeros_like(p) if g is None else g for g, p in zip(grads, params))
+
+
+_optimality_from_objective.from_objective = True
+
+
 def _partition(module):
     """(meta slots, inner slots) in a stable order."""
     meta_ids = getattr(module, "_meta_ids", set())
@@ -155,7 +184,8 @@ def _partition(module):
 
 def _solve(module, user_solve, args, kwargs):
     name = type(module).__name__
-    has_optimality = callable(getattr(type(module), "optimality", None))
+    has_optimality = callable(getattr(type(module), "optimality", None)) and \
+        not getattr(type(module).optimality, "from_objective", False)
     has_objective = callable(getattr(type(module), "objective", None))
     if not (has_optimality or has_objective):
         raise TypeError(f"{name} must define optimality(self, ...) or "
@@ -166,13 +196,7 @@ def _solve(module, user_solve, args, kwargs):
         container[key] = param
     object.__setattr__(module, "_implicit_originals", {})
     meta, inner = _partition(module)
-    if not inner:
-        raise RuntimeError(f"{name}: The module has no parameters (inner "
-                           "nn.Parameters created in the module, not passed to "
-                           "its constructor).")
-    if not meta:
-        raise RuntimeError(f"{name}: The module has no meta-parameters (tensors "
-                           "requiring grad or modules passed to its constructor).")
+    _check_parameters(module, meta, inner)
     result = user_solve(module, *args, **kwargs)
     solution = [p.detach().clone() for _, _, p in inner]
     meta_tensors = [t for _, _, t in meta]
