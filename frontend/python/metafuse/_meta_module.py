@@ -57,8 +57,9 @@ class MetaGradientModule(torch.nn.Module):
                           and id(value) in self.__dict__.get("_meta_input_params", {}))
         is_meta_module = (isinstance(value, torch.nn.Module)
                           and id(value) in self.__dict__.get("_meta_input_modules", {}))
-        if isinstance(value, (torch.Tensor, torch.nn.Module)) \
-                and "_parameters" not in self.__dict__:
+        needs_init = isinstance(value, torch.nn.Module) or (
+            isinstance(value, torch.Tensor) and (value.requires_grad or is_meta_tensor))
+        if needs_init and "_parameters" not in self.__dict__:
             kind = "parameters" if isinstance(value, torch.Tensor) else "module"
             raise AttributeError(f"cannot assign {kind} before Module.__init__() call")
         if isinstance(value, torch.Tensor) and value.requires_grad and not is_meta_tensor:
