@@ -38,12 +38,15 @@ void BindDiff(py::module_& parent) {
   m.def(
       "cg",
       [](const MatVec& A, const TensorList& b, double ridge, int64_t maxiter,
-         double rtol, double atol, const TensorList& init) {
-        return ResultToPython(
-            ConjugateGradient(A, b, MakeOptions(ridge, maxiter, rtol, atol, init)));
+         double rtol, double atol, const TensorList& init,
+         std::optional<MatVec> M) {
+        SolveOptions options = MakeOptions(ridge, maxiter, rtol, atol, init);
+        if (M) options.preconditioner = *M;
+        return ResultToPython(ConjugateGradient(A, b, options));
       },
       py::arg("matvec"), py::arg("b"), py::arg("ridge"), py::arg("maxiter"),
-      py::arg("rtol"), py::arg("atol"), py::arg("init"));
+      py::arg("rtol"), py::arg("atol"), py::arg("init"),
+      py::arg("M") = py::none());
   m.def(
       "normal_cg",
       [](const MatVec& A, const MatVec& At, const TensorList& b, double ridge,

@@ -156,7 +156,7 @@ void BindOptim(py::module_& parent) {
       },
       py::arg("nan"), py::arg("posinf"), py::arg("neginf"));
   m.def("clip_grad_norm", &ClipGradNorm, py::arg("max_norm"),
-        py::arg("norm_type"));
+        py::arg("norm_type"), py::arg("error_if_nonfinite") = false);
   m.def("register_hook", [](std::function<at::Tensor(const at::Tensor&)> hook,
                             std::string description) {
     return RegisterHook(std::move(hook), std::move(description));
@@ -238,15 +238,21 @@ void BindOptim(py::module_& parent) {
   });
   m.def("rmsprop", [](const py::object& lr, double alpha, double eps,
                       double wd, double momentum, bool centered, bool maximize,
-                      bool mrg, bool fused) {
+                      bool mrg, bool fused, double initial_scale,
+                      bool nesterov) {
     auto o = WithCommon<RmsPropOptions>(lr, wd, maximize, fused);
     o.alpha = alpha;
     o.eps = eps;
     o.momentum = momentum;
     o.centered = centered;
     o.moment_requires_grad = mrg;
+    o.initial_scale = initial_scale;
+    o.nesterov = nesterov;
     return RmsProp(o);
-  });
+  }, py::arg("lr"), py::arg("alpha"), py::arg("eps"), py::arg("weight_decay"),
+        py::arg("momentum"), py::arg("centered"), py::arg("maximize"),
+        py::arg("moment_requires_grad"), py::arg("fused"),
+        py::arg("initial_scale") = 0.0, py::arg("nesterov") = false);
 }
 
 }  // namespace metafuse::optim

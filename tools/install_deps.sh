@@ -14,7 +14,7 @@ PACKAGES=(
   llvm-14-dev                # ORC LLJIT for CPU code generation
   pybind11-dev python3-pybind11 python3-dev
   python3-pytest python3-numpy python3-matplotlib
-  graphviz
+  graphviz python3-graphviz   # dot; metafuse.visual renders through the graphviz package
   libgloo-dev libtensorpipe-dev  # torch.distributed backends
   zlib1g-dev libzstd-dev libtinfo-dev libxml2-dev libffi-dev libedit-dev  # what llvm-config --system-libs names
 )

@@ -88,20 +88,28 @@ SolveResult ConjugateGradient(const MatVec& A, const TensorList& b,
   r.target = std::max(o.rtol * TreeNorm(b), o.atol);
   r.x = Start(b, o);
   TensorList res = Axpy(-1.0, Apply(A, r.x, o.ridge, "cg"), b);
-  TensorList p = res;
+  // z = M res (M = I without a preconditioner).
+  auto precondition = [&](const TensorList& v) {
+    return o.preconditioner ? Apply(o.preconditioner, v, 0.0, "cg (M)") : v;
+  };
+  TensorList z = precondition(res);
+  TensorList p = z;
   double rr = TreeVdot(res, res).item<double>();
+  double rz = o.preconditioner ? TreeVdot(res, z).item<double>() : rr;
   const int64_t maxiter = MaxIter(b, o);
   while (std::sqrt(rr) > r.target && r.iterations < maxiter) {
     TensorList Ap = Apply(A, p, o.ridge, "cg");
     const double pAp = TreeVdot(p, Ap).item<double>();
     // A breakdown (p^T A p <= 0) means A is not positive definite here.
     if (!(pAp > 0)) break;
-    const double alpha = rr / pAp;
+    const double alpha = rz / pAp;
     r.x = Axpy(alpha, p, r.x);
     res = Axpy(-alpha, Ap, res);
-    const double rr_next = TreeVdot(res, res).item<double>();
-    p = Axpy(rr_next / rr, p, res);  // p = res + beta p
-    rr = rr_next;
+    rr = TreeVdot(res, res).item<double>();
+    z = precondition(res);
+    const double rz_next = o.preconditioner ? TreeVdot(res, z).item<double>() : rr;
+    p = Axpy(rz_next / rz, p, z);  // p = z + beta p
+    rz = rz_next;
     ++r.iterations;
   }
   r.residual = std::sqrt(rr);

@@ -20,6 +20,9 @@ struct SolveOptions {
   double rtol = 1e-10;   // stop when |residual| <= max(rtol |b|, atol)
   double atol = 0.0;
   TensorList init;       // starting point; empty: zeros
+  // ConjugateGradient only: a preconditioner M ~ A^-1 (symmetric positive
+  // definite), applied to the residual; empty: none.
+  MatVec preconditioner;
 };
 
 struct SolveResult {
@@ -30,7 +33,8 @@ struct SolveResult {
   bool converged = false;
 };
 
-// Conjugate gradient for symmetric positive (semi)definite A.
+// Conjugate gradient for symmetric positive (semi)definite A; preconditioned
+// when options.preconditioner is set.
 SolveResult ConjugateGradient(const MatVec& A, const TensorList& b,
                               const SolveOptions& options);
 

@@ -1,6 +1,7 @@
 #include "metafuse/optim/alias.h"
 
 #include "metafuse/optim/fused_transforms.h"
+#include "metafuse/optim/state_helpers.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -159,16 +160,21 @@ TransformPtr Adagrad(const AdagradOptions& o) {
 }
 
 TransformPtr RmsProp(const RmsPropOptions& o) {
+  internal::CheckNonNegative(o.initial_scale, "initial_scale");
   if (o.fused) {
+    TORCH_CHECK(!o.nesterov && o.initial_scale == 0.0,
+                "rmsprop(fused=True) supports neither `nesterov` nor a "
+                "nonzero `initial_scale`; use fused=False for them");
     auto unfused = o;
     unfused.fused = false;
     return FusedRmsProp(unfused);
   }
-  TransformPtr precondition = o.centered ? ScaleByStddev(o.alpha, o.eps, 0.0)
-                                         : ScaleByRms(o.alpha, o.eps, 0.0);
+  TransformPtr precondition =
+      o.centered ? ScaleByStddev(o.alpha, o.eps, o.initial_scale)
+                 : ScaleByRms(o.alpha, o.eps, o.initial_scale);
   TransformPtr momentum =
       o.momentum != 0.0
-          ? Trace(o.momentum, 0.0, false, o.moment_requires_grad)
+          ? Trace(o.momentum, 0.0, o.nesterov, o.moment_requires_grad)
           : nullptr;
   return WithSignAndRate(
       o.maximize, {CoupledDecay(o.weight_decay), precondition, momentum},

@@ -60,6 +60,10 @@ struct RmsPropOptions {
   double alpha = 0.99, eps = 1e-8, weight_decay = 0.0, momentum = 0.0;
   bool centered = false, maximize = false, moment_requires_grad = false;
   bool fused = false;
+  // TorchOpt's extensions: the square average starts at initial_scale, and
+  // nesterov momentum (g + momentum * trace) when momentum > 0.
+  double initial_scale = 0.0;
+  bool nesterov = false;
 };
 
 TransformPtr Sgd(const SgdOptions& o);

@@ -226,8 +226,16 @@ class AddDecayedWeightsTx final : public Stateless {
       if (!mask_.empty() && !mask_[i]) {
         out.push_back(updates[i]);
       } else {
-        out.push_back(inplace ? updates[i].add_((*params)[i], wd_)
-                              : updates[i].add((*params)[i], wd_));
+        // In place on an update that does not require grad (a gradient,
+        // possibly a view made by autograd in no-grad mode), the parameter
+        // enters as data only: TorchOpt's semantics, and no "view modified
+        // in place" error when the parameter requires grad.
+        const at::Tensor& p = (*params)[i];
+        out.push_back(inplace ? updates[i].add_(updates[i].requires_grad()
+                                                    ? p
+                                                    : p.detach(),
+                                                wd_)
+                              : updates[i].add(p, wd_));
       }
     }
     return out;
@@ -313,24 +321,40 @@ class NanToNumTx final : public Stateless {
 
 class ClipGradNormTx final : public Stateless {
  public:
-  ClipGradNormTx(double max_norm, double norm_type)
-      : max_norm_(max_norm), norm_type_(norm_type) {}
+  ClipGradNormTx(double max_norm, double norm_type, bool error_if_nonfinite)
+      : max_norm_(max_norm),
+        norm_type_(norm_type),
+        error_if_nonfinite_(error_if_nonfinite) {}
   TensorList Update(const TensorList& updates, TransformState&,
                     const TensorList*, bool inplace) const override {
     if (updates.empty()) return updates;
-    at::Tensor total;
-    if (std::isinf(norm_type_)) {
-      TensorList maxima;
-      for (const at::Tensor& u : updates) maxima.push_back(u.abs().max());
-      total = at::stack(maxima).max();
-    } else {
-      TensorList norms;
-      for (const at::Tensor& u : updates) norms.push_back(u.norm(norm_type_));
-      total = at::stack(norms).norm(norm_type_);
+    // The norm is a constant for autograd (torch.nn.utils.clip_grad_norm_
+    // and TorchOpt): gradients flow through the scaling only. The
+    // coefficient stays a tensor (no device synchronization, traceable).
+    at::Tensor coef;
+    {
+      at::NoGradGuard no_grad;
+      at::Tensor total;
+      if (std::isinf(norm_type_)) {
+        TensorList maxima;
+        for (const at::Tensor& u : updates) maxima.push_back(u.abs().max());
+        total = at::stack(maxima).max();
+      } else {
+        TensorList norms;
+        for (const at::Tensor& u : updates) norms.push_back(u.norm(norm_type_));
+        total = at::stack(norms).norm(norm_type_);
+      }
+      if (error_if_nonfinite_) {
+        const double norm = total.item<double>();
+        TORCH_CHECK(std::isfinite(norm), "clip_grad_norm: the total norm of "
+                    "order ", norm_type_, " of the updates is non-finite (",
+                    norm, "), so it cannot be clipped; pass "
+                    "error_if_nonfinite=False to scale by it anyway");
+      }
+      // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6),
+      // never above 1.
+      coef = (max_norm_ / (total + 1e-6)).clamp_max(1.0);
     }
-    // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6),
-    // never above 1.
-    at::Tensor coef = (max_norm_ / (total + 1e-6)).clamp_max(1.0);
     TensorList out;
     out.reserve(updates.size());
     for (const at::Tensor& u : updates) {
@@ -346,6 +370,7 @@ class ClipGradNormTx final : public Stateless {
 
  private:
   double max_norm_, norm_type_;
+  bool error_if_nonfinite_;
 };
 
 class RegisterHookTx final : public Stateless {
@@ -463,12 +488,14 @@ TransformPtr NanToNum(double nan, c10::optional<double> posinf,
   return std::make_shared<NanToNumTx>(nan, posinf, neginf);
 }
 
-TransformPtr ClipGradNorm(double max_norm, double norm_type) {
+TransformPtr ClipGradNorm(double max_norm, double norm_type,
+                          bool error_if_nonfinite) {
   TORCH_CHECK(max_norm > 0, "clip_grad_norm: `max_norm` must be > 0, got ",
               max_norm);
   TORCH_CHECK(norm_type > 0, "clip_grad_norm: `norm_type` must be > 0, got ",
               norm_type);
-  return std::make_shared<ClipGradNormTx>(max_norm, norm_type);
+  return std::make_shared<ClipGradNormTx>(max_norm, norm_type,
+                                          error_if_nonfinite);
 }
 
 TransformPtr RegisterHook(std::function<at::Tensor(const at::Tensor&)> hook,

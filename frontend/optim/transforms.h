@@ -56,8 +56,11 @@ TransformPtr Masked(TransformPtr inner, std::vector<bool> mask);
 TransformPtr NanToNum(double nan, c10::optional<double> posinf,
                       c10::optional<double> neginf);
 // Scales the updates so that their global norm is at most max_norm
-// (torch.nn.utils.clip_grad_norm_ semantics; norm_type may be inf).
-TransformPtr ClipGradNorm(double max_norm, double norm_type);
+// (torch.nn.utils.clip_grad_norm_ semantics; norm_type may be inf). The norm
+// is computed without a graph (as torch and TorchOpt do): the coefficient is
+// a constant for autograd. error_if_nonfinite throws on a NaN/inf norm.
+TransformPtr ClipGradNorm(double max_norm, double norm_type,
+                          bool error_if_nonfinite = false);
 // Registers `hook` on every update tensor that requires grad: it then acts on
 // the gradient flowing back through the update (e.g. zero NaNs).
 TransformPtr RegisterHook(std::function<at::Tensor(const at::Tensor&)> hook,

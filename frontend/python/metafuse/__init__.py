@@ -20,24 +20,36 @@ from metafuse import ops
 from metafuse import tree
 from metafuse.ops import ema_update
 
-# The differentiable-optimizer API (functional, torch.optim-style, meta).
+# The differentiable-optimizer API (functional, torch.optim-style, meta),
+# under TorchOpt 0.7.3's names: `import metafuse as torchopt` runs TorchOpt
+# programs (see docs/migration.md).
 from metafuse import alias, diff, hook, schedule, transform, utils
+from metafuse import (accelerated_op, base, clip, combine, linalg, version,
+                      linear_solve, nn, optim, pytree, typing, update, visual)
 from metafuse import aot
 from metafuse.compiler import (CompilationFallbackWarning, compile,
                                compile_inner_loop, grad, profile)
+from metafuse.accelerated_op import is_available as accelerated_op_available
 from metafuse.alias import (adadelta, adagrad, adam, adamax, adamw, radam,
                             rmsprop, sgd)
-from metafuse.base import (GradientTransformation, apply_updates, chain,
-                           identity)
-from metafuse.optim import (SGD, Adadelta, Adagrad, Adam, Adamax, AdamW,
-                            FuncOptimizer, MetaAdadelta, MetaAdagrad,
-                            MetaAdam, MetaAdamax, MetaAdamW, MetaOptimizer,
-                            MetaRAdam, MetaRMSProp, MetaSGD, Optimizer, RAdam,
-                            RMSProp)
-from metafuse.utils import (extract_state_dict, functional_call, module_clone,
-                            recover_state_dict, stop_gradient)
+from metafuse.base import (ChainedGradientTransformation, EmptyState,
+                           GradientTransformation, UninitializedState,
+                           apply_updates, chain, identity)
+from metafuse.clip import clip_grad_norm
+from metafuse.hook import register_hook
+from metafuse.optim import (SGD, AdaDelta, Adadelta, AdaGrad, Adagrad, Adam,
+                            AdaMax, Adamax, AdamW, FuncOptimizer,
+                            MetaAdaDelta, MetaAdadelta, MetaAdaGrad,
+                            MetaAdagrad, MetaAdam, MetaAdaMax, MetaAdamax,
+                            MetaAdamW, MetaOptimizer, MetaRAdam, MetaRMSProp,
+                            MetaRMSprop, MetaSGD, Optimizer, RAdam, RMSProp,
+                            RMSprop)
+from metafuse.transform import nan_to_num
+from metafuse.utils import (ModuleState, extract_state_dict, functional_call,
+                            module_clone, module_detach_, recover_state_dict,
+                            stop_gradient)
 
-__version__ = "0.1.0"
+from metafuse.version import __version__  # noqa: E402
 
 
 def build_info():
@@ -51,18 +63,23 @@ def cuda_status():
 
 
 __all__ = [
+    # TorchOpt 0.7.3's top-level names.
+    "accelerated_op_available", "adam", "adamax", "adadelta", "radam", "adamw",
+    "adagrad", "rmsprop", "sgd", "clip_grad_norm", "nan_to_num",
+    "register_hook", "chain", "Optimizer", "SGD", "Adam", "AdaMax", "Adamax",
+    "AdaDelta", "Adadelta", "RAdam", "AdamW", "AdaGrad", "Adagrad", "RMSProp",
+    "RMSprop", "MetaOptimizer", "MetaSGD", "MetaAdam", "MetaAdaMax",
+    "MetaAdamax", "MetaAdaDelta", "MetaAdadelta", "MetaRAdam", "MetaAdamW",
+    "MetaAdaGrad", "MetaAdagrad", "MetaRMSProp", "MetaRMSprop",
+    "FuncOptimizer", "apply_updates", "extract_state_dict",
+    "recover_state_dict", "stop_gradient", "module_clone", "module_detach_",
+    # metafuse's own.
     "build_info", "cuda_status", "ema_update", "ops", "tree",
     "alias", "aot", "diff", "hook", "schedule", "transform", "utils",
+    "accelerated_op", "base", "clip", "combine", "linalg", "linear_solve",
+    "nn", "optim", "pytree", "typing", "update", "visual",
     "compile_inner_loop", "compile", "grad", "profile",
-    "CompilationFallbackWarning",
-    "GradientTransformation", "apply_updates", "chain", "identity",
-    "sgd", "adam", "adamw", "adamax", "adadelta", "adagrad", "radam",
-    "rmsprop",
-    "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Adadelta", "Adagrad",
-    "RAdam", "RMSProp",
-    "MetaOptimizer", "MetaSGD", "MetaAdam", "MetaAdamW", "MetaAdamax",
-    "MetaAdadelta", "MetaAdagrad", "MetaRAdam", "MetaRMSProp",
-    "FuncOptimizer",
-    "extract_state_dict", "recover_state_dict", "stop_gradient",
-    "module_clone", "functional_call",
+    "CompilationFallbackWarning", "GradientTransformation",
+    "ChainedGradientTransformation", "EmptyState", "UninitializedState",
+    "identity", "ModuleState", "functional_call", "version",
 ]

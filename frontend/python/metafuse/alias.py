@@ -1,8 +1,13 @@
 """The optimizers users name, as GradientTransformations (TorchOpt/Optax
 style). ``fused=True`` runs each update as one multi-tensor kernel from
 kernels/ (same numbers, exact closed-form backward) instead of a chain of
-transforms. Defaults and update rules follow torch.optim, so that
-``metafuse.adam(lr)`` and ``torch.optim.Adam(lr=lr)`` give the same numbers.
+transforms. Update rules follow torch.optim; names, argument order and
+defaults follow TorchOpt 0.7.3 (``import metafuse as torchopt`` runs TorchOpt
+programs unchanged). Where TorchOpt's defaults differ from torch.optim's they
+are TorchOpt's: adamax (lr=1e-3, eps=1e-6), adadelta (lr=1e-3), radam
+(eps=1e-6); pass them explicitly to reproduce torch.optim. ``sgd``'s
+positional order is (lr, momentum, dampening, weight_decay, nesterov).
+``use_accelerated_op=True`` (TorchOpt's name) is ``fused=True``.
 
 ``lr`` may be a number, a tensor (a learned, differentiable rate) or a
 schedule (see metafuse.schedule).
@@ -13,7 +18,7 @@ import numbers
 import torch
 
 from metafuse import _C
-from metafuse import transform
+from metafuse import schedule, transform
 from metafuse import tree
 from metafuse.base import GradientTransformation, chain
 from metafuse.transform import _betas, _MaskedByTree, _number
@@ -26,7 +31,7 @@ __all__ = ["sgd", "adam", "adamw", "adamax", "adadelta", "adagrad", "radam",
 
 def _lr(lr):
     if isinstance(lr, torch.Tensor) or callable(lr):
-        return lr
+        return schedule.unwrap(lr)
     if not isinstance(lr, numbers.Real):
         raise TypeError(f"`lr` must be a number, a tensor or a schedule, got "
                         f"{type(lr).__name__}")
@@ -36,7 +41,7 @@ def _lr(lr):
     return float(lr)
 
 
-def sgd(lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, *,
+def sgd(lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
         moment_requires_grad=False, maximize=False, fused=False):
     """Stochastic gradient descent (torch.optim.SGD). ``lr`` may also be a
     pytree of tensors with the parameters' structure: one learned rate per
@@ -80,11 +85,21 @@ def _sgd_per_leaf(lr, momentum, dampening, nesterov, weight_decay,
     return out
 
 
-def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-         amsgrad=False, *, eps_root=0.0, moment_requires_grad=False,
-         maximize=False, fused=False):
+def _accelerated(fused, use_accelerated_op, lr):
+    """use_accelerated_op (TorchOpt) maps to the fused operator where it
+    applies (a number lr); otherwise the unfused chain gives the same
+    numbers."""
+    if not use_accelerated_op:
+        return bool(fused)
+    return bool(fused) or isinstance(lr, numbers.Real)
+
+
+def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+         eps_root=0.0, moment_requires_grad=False, maximize=False,
+         use_accelerated_op=False, amsgrad=False, fused=False):
     """Adam (torch.optim.Adam); ``eps_root`` > 0 keeps meta-gradients finite
     where the second moment is zero."""
+    fused = _accelerated(fused, use_accelerated_op and not amsgrad, lr)
     config = ("adam", dict(locals()))
     b1, b2 = _betas(betas)
     return GradientTransformation(_core.adam(
@@ -94,12 +109,13 @@ def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
         bool(moment_requires_grad), bool(amsgrad), bool(fused)), config)
 
 
-def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-          amsgrad=False, *, eps_root=0.0, mask=None, moment_requires_grad=False, maximize=False,
-          fused=False):
+def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
+          eps_root=0.0, mask=None, moment_requires_grad=False, maximize=False,
+          use_accelerated_op=False, amsgrad=False, fused=False):
     """AdamW (torch.optim.AdamW): decoupled weight decay, optionally only on
     the leaves where ``mask`` (a bool pytree, or a callable of the params)
     is True."""
+    fused = _accelerated(fused, use_accelerated_op and not amsgrad, lr)
     config = ("adamw", dict(locals()))
     b1, b2 = _betas(betas)
     args = (_lr(lr), b1, b2, _number(eps, "eps", 0.0),
@@ -112,9 +128,10 @@ def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                          config)
 
 
-def adamax(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+def adamax(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *,
            moment_requires_grad=False, maximize=False, fused=False):
-    """Adamax (torch.optim.Adamax)."""
+    """Adamax (torch.optim.Adamax's rule; TorchOpt's defaults lr=1e-3,
+    eps=1e-6)."""
     config = ("adamax", dict(locals()))
     b1, b2 = _betas(betas)
     return GradientTransformation(_core.adamax(
@@ -123,9 +140,9 @@ def adamax(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
         bool(moment_requires_grad), bool(fused)), config)
 
 
-def radam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+def radam(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *,
           moment_requires_grad=False, maximize=False, fused=False):
-    """RAdam (torch.optim.RAdam)."""
+    """RAdam (torch.optim.RAdam's rule; TorchOpt's default eps=1e-6)."""
     config = ("radam", dict(locals()))
     b1, b2 = _betas(betas)
     return GradientTransformation(_core.radam(
@@ -134,9 +151,10 @@ def radam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
         bool(moment_requires_grad), bool(fused)), config)
 
 
-def adadelta(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, *,
+def adadelta(lr=1e-3, rho=0.9, eps=1e-6, weight_decay=0.0, *,
              moment_requires_grad=False, maximize=False, fused=False):
-    """Adadelta (torch.optim.Adadelta)."""
+    """Adadelta (torch.optim.Adadelta's rule; TorchOpt's default lr=1e-3,
+    torch.optim's is 1.0)."""
     config = ("adadelta", dict(locals()))
     return GradientTransformation(_core.adadelta(
         _lr(lr), _number(rho, "rho", 0.0, 1.0), _number(eps, "eps", 0.0),
@@ -157,12 +175,15 @@ def adagrad(lr=1e-2, lr_decay=0.0, weight_decay=0.0,
 
 
 def rmsprop(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
-            centered=False, *, moment_requires_grad=False, maximize=False,
-            fused=False):
-    """RMSProp (torch.optim.RMSprop), plain or centered, with momentum."""
+            centered=False, *, initial_scale=0.0, nesterov=False,
+            maximize=False, moment_requires_grad=False, fused=False):
+    """RMSProp (torch.optim.RMSprop), plain or centered, with momentum;
+    TorchOpt's ``initial_scale`` (the square average's start) and
+    ``nesterov`` momentum."""
     config = ("rmsprop", dict(locals()))
     return GradientTransformation(_core.rmsprop(
         _lr(lr), _number(alpha, "alpha", 0.0, 1.0), _number(eps, "eps", 0.0),
         _number(weight_decay, "weight_decay", 0.0),
         _number(momentum, "momentum", 0.0, 1.0), bool(centered),
-        bool(maximize), bool(moment_requires_grad), bool(fused)), config)
+        bool(maximize), bool(moment_requires_grad), bool(fused),
+        _number(initial_scale, "initial_scale", 0.0), bool(nesterov)), config)

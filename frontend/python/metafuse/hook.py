@@ -4,14 +4,16 @@ back through the updates during a meta-backward pass."""
 import torch
 
 from metafuse import _C
+from metafuse import tree as _tree
 from metafuse.base import GradientTransformation
+from metafuse.states import EmptyState
 
 _core = _C._optim
 
 
-def zero_nan_hook(grad):
+def zero_nan_hook(g):
     """Replaces NaN entries of a gradient by zeros."""
-    return torch.where(torch.isnan(grad), torch.zeros_like(grad), grad)
+    return torch.where(torch.isnan(g), torch.zeros_like(g), g)
 
 
 def nan_to_num_hook(nan=0.0, posinf=None, neginf=None):
@@ -22,10 +24,23 @@ def nan_to_num_hook(nan=0.0, posinf=None, neginf=None):
 
 
 def register_hook(hook):
-    """A transformation that registers ``hook`` on every update tensor that
-    requires grad; the updates themselves pass through unchanged."""
+    """A stateless transformation that registers ``hook`` on every update
+    tensor (``tensor.register_hook``); the updates pass through unchanged.
+    The hook then acts on the gradient that flows back through the update."""
     if not callable(hook):
         raise TypeError(f"register_hook: `hook` must be callable, got "
                         f"{type(hook).__name__}")
-    name = getattr(hook, "__name__", type(hook).__name__)
-    return GradientTransformation(_core.register_hook(hook, name))
+
+    def init_fn(params):
+        return EmptyState()
+
+    def update_fn(updates, state, *, params=None, inplace=True):
+        def register(t):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                t.register_hook(hook)
+        _tree.map_(register, updates)
+        return updates, state
+
+    return GradientTransformation(init_fn, update_fn)
+
+__all__ = ["zero_nan_hook", "nan_to_num_hook", "register_hook"]

@@ -16,6 +16,9 @@ from metafuse import tree as _tree
 _SCALAR_FIELDS = frozenset({"count"})
 
 EmptyState = namedtuple("EmptyState", [])
+EmptyState.__doc__ = "The state of a stateless transformation."
+UninitializedState = namedtuple("UninitializedState", [])
+UninitializedState.__doc__ = "A state that is not initialized yet (TorchOpt)."
 ScaleByAdamState = namedtuple("ScaleByAdamState", ["mu", "nu", "count"])
 ScaleByAmsgradState = namedtuple("ScaleByAmsgradState",
                                  ["mu", "nu", "nu_max", "count"])
@@ -70,6 +73,34 @@ def from_raw(raw, spec):
         else:
             values[field] = _tree.unflatten(spec, tensors)
     return cls(**values)
+
+
+def select_raw(raw, indices):
+    """The state restricted to the parameter leaves ``indices``."""
+    name, fields, children = raw
+    if name == "MaskedState":
+        raise ValueError("a gradient that is None is not supported below "
+                         "`masked` (its state covers a subset of the leaves); "
+                         "pass zeros instead")
+    fields = [(f, [t[j] for j in indices] if per_param else t, per_param)
+              for f, t, per_param in fields]
+    return (name, fields, [select_raw(c, indices) for c in children])
+
+
+def scatter_raw(full, sub, indices):
+    """``full`` with the leaves ``indices`` replaced by those of ``sub``."""
+    name, fields, children = full
+    out_fields = []
+    for (f, tensors, per_param), (_, sub_tensors, _) in zip(fields, sub[1]):
+        if per_param:
+            tensors = list(tensors)
+            for j, t in zip(indices, sub_tensors):
+                tensors[j] = t
+            out_fields.append((f, tensors, True))
+        else:
+            out_fields.append((f, sub_tensors, False))
+    return (name, out_fields,
+            [scatter_raw(c, s, indices) for c, s in zip(children, sub[2])])
 
 
 def to_raw(state, spec):

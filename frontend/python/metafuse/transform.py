@@ -9,12 +9,13 @@ import torch
 
 from metafuse import _C
 from metafuse import tree as _tree
-from metafuse.base import GradientTransformation, chain, identity
+from metafuse.base import GradientTransformation, chain, identity  # noqa: F401
 
 _core = _C._optim
 
 __all__ = [
     "scale", "scale_by_schedule", "flip_sign", "scale_by_adam",
+    "scale_by_accelerated_adam",
     "scale_by_adamax", "scale_by_radam", "scale_by_adadelta", "scale_by_rms",
     "scale_by_rss", "scale_by_stddev", "trace", "add_decayed_weights",
     "masked", "nan_to_num", "clip_grad_norm", "chain", "identity",
@@ -53,7 +54,8 @@ def scale_by_schedule(step_size_fn):
     """updates * step_size_fn(count), count = 0 at the first update."""
     if not callable(step_size_fn):
         raise TypeError("`step_size_fn` must be a callable of the step count")
-    return GradientTransformation(_core.scale_by_schedule(step_size_fn))
+    from metafuse.schedule import unwrap
+    return GradientTransformation(_core.scale_by_schedule(unwrap(step_size_fn)))
 
 
 def flip_sign():
@@ -61,8 +63,8 @@ def flip_sign():
     return GradientTransformation(_core.flip_sign())
 
 
-def scale_by_adam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, *,
-                  moment_requires_grad=False, amsgrad=False):
+def scale_by_adam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0,
+                  moment_requires_grad=False, *, amsgrad=False):
     """mu_hat / (sqrt(nu_hat + eps_root) + eps), bias-corrected moments;
     ``amsgrad`` uses the running maximum of nu."""
     b1, b2 = _betas((b1, b2))
@@ -71,37 +73,48 @@ def scale_by_adam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, *,
         bool(moment_requires_grad), bool(amsgrad)))
 
 
-def scale_by_adamax(b1=0.9, b2=0.999, eps=1e-8, *, moment_requires_grad=False):
-    """mu_hat / max(b2 * nu, |g| + eps) (torch.optim.Adamax)."""
+def scale_by_accelerated_adam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0,
+                              moment_requires_grad=False):
+    """TorchOpt's name for Adam's preconditioner run by its fused operator.
+    Here it is :func:`scale_by_adam` (the same numbers, one C++
+    implementation); the whole fused update is ``adam(...,
+    use_accelerated_op=True)``."""
+    return scale_by_adam(b1, b2, eps, eps_root, moment_requires_grad)
+
+
+def scale_by_adamax(b1=0.9, b2=0.999, eps=1e-6, moment_requires_grad=False):
+    """mu_hat / max(b2 * nu, |g| + eps) (torch.optim.Adamax's rule;
+    TorchOpt's default eps=1e-6)."""
     b1, b2 = _betas((b1, b2))
     return GradientTransformation(_core.scale_by_adamax(
         b1, b2, _number(eps, "eps", 0.0), bool(moment_requires_grad)))
 
 
-def scale_by_radam(b1=0.9, b2=0.999, eps=1e-8, threshold=5.0, *,
-                   moment_requires_grad=False):
-    """Rectified Adam (torch.optim.RAdam)."""
+def scale_by_radam(b1=0.9, b2=0.999, eps=1e-6, moment_requires_grad=False, *,
+                   threshold=5.0):
+    """Rectified Adam (torch.optim.RAdam's rule; TorchOpt's default
+    eps=1e-6)."""
     b1, b2 = _betas((b1, b2))
     return GradientTransformation(_core.scale_by_radam(
         b1, b2, _number(eps, "eps", 0.0), _number(threshold, "threshold"),
         bool(moment_requires_grad)))
 
 
-def scale_by_adadelta(rho=0.9, eps=1e-6, *, moment_requires_grad=False):
+def scale_by_adadelta(rho=0.9, eps=1e-6, moment_requires_grad=False):
     """sqrt(E[dx^2] + eps) / sqrt(E[g^2] + eps) * g (torch.optim.Adadelta)."""
     return GradientTransformation(_core.scale_by_adadelta(
         _number(rho, "rho", 0.0, 1.0), _number(eps, "eps", 0.0),
         bool(moment_requires_grad)))
 
 
-def scale_by_rms(alpha=0.99, eps=1e-8, initial_scale=0.0):
+def scale_by_rms(alpha=0.9, eps=1e-8, initial_scale=0.0):
     """g / (sqrt(E[g^2]) + eps) (RMSProp)."""
     return GradientTransformation(_core.scale_by_rms(
         _number(alpha, "alpha", 0.0, 1.0), _number(eps, "eps", 0.0),
         _number(initial_scale, "initial_scale", 0.0)))
 
 
-def scale_by_stddev(alpha=0.99, eps=1e-8, initial_scale=0.0):
+def scale_by_stddev(alpha=0.9, eps=1e-8, initial_scale=0.0):
     """g / (sqrt(E[g^2] - E[g]^2) + eps) (centered RMSProp)."""
     return GradientTransformation(_core.scale_by_stddev(
         _number(alpha, "alpha", 0.0, 1.0), _number(eps, "eps", 0.0),
@@ -115,7 +128,7 @@ def scale_by_rss(initial_accumulator_value=0.0, eps=1e-10):
         _number(eps, "eps", 0.0)))
 
 
-def trace(momentum=0.9, dampening=0.0, nesterov=False, *,
+def trace(momentum=0.9, dampening=0.0, nesterov=False,
           moment_requires_grad=False):
     """Momentum as torch.optim.SGD computes it (first buffer = first update)."""
     momentum = _number(momentum, "momentum", 0.0, 1.0)
@@ -173,11 +186,13 @@ def add_decayed_weights(weight_decay=0.0, mask=None):
                          mask)
 
 
-def masked(inner, mask):
+def masked(inner, mask=None):
     """Applies ``inner`` to the leaves where ``mask`` is True only."""
     if not isinstance(inner, GradientTransformation) or inner._core is None:
         raise TypeError("masked: `inner` must be a GradientTransformation "
                         "without a mask of its own")
+    if mask is None:
+        return inner
     return _MaskedByTree(lambda m: _core.masked(inner._core, m), mask)
 
 
@@ -188,8 +203,12 @@ def nan_to_num(nan=0.0, posinf=None, neginf=None):
         None if neginf is None else float(neginf)))
 
 
-def clip_grad_norm(max_norm, norm_type=2.0):
+def clip_grad_norm(max_norm, norm_type=2.0, error_if_nonfinite=False):
     """Scales updates to a global norm of at most ``max_norm``
-    (torch.nn.utils.clip_grad_norm_ semantics)."""
+    (torch.nn.utils.clip_grad_norm_ and TorchOpt semantics: the norm is
+    computed without a graph, so gradients flow through the scaling by a
+    constant only). ``error_if_nonfinite=True`` raises RuntimeError when the
+    norm is NaN or infinite."""
     return GradientTransformation(_core.clip_grad_norm(
-        _number(max_norm, "max_norm", 0.0), float(norm_type)))
+        _number(max_norm, "max_norm", 0.0), float(norm_type),
+        bool(error_if_nonfinite)))

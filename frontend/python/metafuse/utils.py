@@ -1,5 +1,6 @@
 """Utilities for meta-learning loops: snapshot and restore module or
-optimizer state, cut the graph, clone modules."""
+optimizer state, cut the graph, clone modules (TorchOpt's names, layouts and
+copy modes)."""
 
 import copy
 from collections import OrderedDict, namedtuple
@@ -9,49 +10,109 @@ import torch
 from metafuse import tree as _tree
 from metafuse.optim.meta import MetaOptimizer
 
-ModuleState = namedtuple("ModuleState", ["params", "buffers"])
+class ModuleState(namedtuple("ModuleState", ["params", "buffers",
+                                               "visual_contents",
+                                               "detach_buffers"])):
+    """A snapshot of a module (TorchOpt's layout): ``params`` and ``buffers``
+    are tuples with one dict per submodule that has any (in ``modules()``
+    order, each ``{attribute: tensor}`` of that submodule), ``visual_contents``
+    maps graph nodes to parameter names for :func:`metafuse.visual.make_dot`
+    (with ``enable_visual=True``), ``detach_buffers`` is recorded for
+    :func:`recover_state_dict`."""
 
-_MODES = ("reference", "copy", "deepcopy")
+    __slots__ = ()
+
+    def __new__(cls, params, buffers, visual_contents=None, detach_buffers=False):
+        return super().__new__(cls, params, buffers, visual_contents,
+                               detach_buffers)
+
+    def named_params(self):
+        """Not part of TorchOpt: an OrderedDict of the snapshot's tensors by
+        their index path, for inspection."""
+        return OrderedDict((f"{i}.{k}", v) for i, d in enumerate(self.params)
+                           for k, v in d.items())
 
 
-def _replicate(t, by):
-    if t is None or by == "reference":
-        return t
-    if by == "copy":
-        return t.clone()  # keeps the graph to `t`
-    return t.detach().clone().requires_grad_(t.requires_grad)
+# TorchOpt accepts both spellings: 'ref' = 'reference', 'clone' = 'copy',
+# 'deepclone' = 'deepcopy'.
+_MODES = ("reference", "copy", "deepcopy", "ref", "clone", "deepclone")
 
 
-def _check_by(by):
+def _normalize_by(by):
     if by not in _MODES:
         raise ValueError(f"`by` must be one of {_MODES}, got {by!r}")
+    by = by.replace("clone", "copy")
+    return "reference" if by == "ref" else by
 
 
-def extract_state_dict(target, *, by="reference", with_buffers=True,
-                       detach_buffers=False):
+def _replicator(by, device):
+    """The function applied to each tensor for a copy mode and device."""
+    move = (lambda t: t) if device is None else (
+        lambda t, d=torch.device(device): t.to(device=d))
+
+    def reference(t):
+        return move(t)
+
+    def copy_(t):  # keeps the graph to `t`
+        return move(t.clone())
+
+    def deepcopy(t):  # detached; a Parameter stays a Parameter
+        out = move(t.clone()).detach_()
+        if isinstance(t, torch.nn.Parameter):
+            return torch.nn.Parameter(out, requires_grad=t.requires_grad)
+        return out.requires_grad_(t.requires_grad)
+
+    return {"reference": reference, "copy": copy_, "deepcopy": deepcopy}[by], deepcopy
+
+
+def _containers(module, with_buffers=True):
+    """The (params, buffers) dicts of every submodule that has any: the
+    module's own containers, by reference."""
+    params, buffers = [], []
+    for sub in module.modules():  # each module once
+        if sub._parameters:
+            params.append(sub._parameters)
+        if with_buffers and sub._buffers:
+            buffers.append(sub._buffers)
+    return tuple(params), tuple(buffers)
+
+
+def extract_state_dict(target, *, by="reference", device=None,
+                       with_buffers=True, detach_buffers=False,
+                       enable_visual=False, visual_prefix=""):
     """A snapshot of an nn.Module's parameters (and buffers) as a
-    ModuleState of OrderedDicts, or of a MetaOptimizer's state.
+    :class:`ModuleState`, or of a MetaOptimizer's state (a tuple per group).
 
-    by='reference' keeps the tensors themselves (and their graph), 'copy'
-    clones them (graph kept), 'deepcopy' clones them detached.
+    ``by='reference'`` (or 'ref') keeps the tensors themselves (and their
+    graph), 'copy' ('clone') clones them (graph kept), 'deepcopy'
+    ('deepclone') clones them detached, Parameters staying Parameters.
+    ``device`` moves the copies. ``detach_buffers`` deep-copies the buffers
+    whatever ``by`` is. ``enable_visual`` records parameter names for
+    :func:`metafuse.visual.make_dot`, prefixed with ``visual_prefix``.
     """
-    _check_by(by)
+    by = _normalize_by(by)
+    replicate, detached = _replicator(by, device)
     if isinstance(target, MetaOptimizer):
-        return _tree.map(lambda t: _replicate(t, by), target.state)
+        return _tree.map(lambda t: replicate(t) if isinstance(t, torch.Tensor) else t,
+                         target.state_dict())
     if not isinstance(target, torch.nn.Module):
         raise TypeError("extract_state_dict: `target` must be an nn.Module or "
                         f"a MetaOptimizer, got {type(target).__name__}")
-    params = OrderedDict(
-        (name, _replicate(p, by))
-        for name, p in _named_slots(target, "_parameters"))
-    buffers = OrderedDict()
-    if with_buffers:
-        for name, b in _named_slots(target, "_buffers"):
-            b = _replicate(b, by)
-            if detach_buffers and b is not None:
-                b = b.detach()
-            buffers[name] = b
-    return ModuleState(params, buffers)
+    visual = None
+    if enable_visual:
+        visual = {}
+        for name, p in target.named_parameters():
+            if p.grad_fn is not None:
+                visual[p.grad_fn] = (visual_prefix + name, p)
+            else:
+                visual[p] = visual_prefix + name
+    params_c, buffers_c = _containers(target, with_buffers)
+    params = tuple(type(c)((k, replicate(v)) for k, v in c.items()
+                           if isinstance(v, torch.Tensor)) for c in params_c)
+    buffer_fn = detached if detach_buffers else replicate
+    buffers = tuple(type(c)((k, buffer_fn(v)) for k, v in c.items()
+                            if isinstance(v, torch.Tensor)) for c in buffers_c)
+    return ModuleState(params, buffers, visual, bool(detach_buffers))
 
 
 def recover_state_dict(target, state):
@@ -62,53 +123,80 @@ def recover_state_dict(target, state):
     if not isinstance(target, torch.nn.Module) or not isinstance(state, ModuleState):
         raise TypeError("recover_state_dict: expected (nn.Module, ModuleState) "
                         "or (MetaOptimizer, its state)")
-    for kind, values in (("_parameters", state.params), ("_buffers", state.buffers)):
-        for name, value in values.items():
-            owner_path, _, attr = name.rpartition(".")
-            owner = target.get_submodule(owner_path) if owner_path else target
-            if attr not in getattr(owner, kind):
-                raise KeyError(f"recover_state_dict: the module has no "
-                               f"{kind[1:-1]} named {name!r}")
-            getattr(owner, kind)[attr] = value
+    params_c, buffers_c = _containers(target, True)
+    buffers = state.buffers
+    if state.detach_buffers:
+        _, detached = _replicator("deepcopy", None)
+        buffers = tuple(type(d)((k, detached(v)) for k, v in d.items())
+                        for d in buffers)
+    for kind, containers, values in (("parameter", params_c, state.params),
+                                     ("buffer", buffers_c, buffers)):
+        if len(values) > len(containers):
+            raise ValueError(f"recover_state_dict: the snapshot has {kind}s of "
+                             f"{len(values)} submodule(s), the module "
+                             f"{len(containers)}")
+        for container, saved in zip(containers, values):
+            unknown = set(saved) - set(container)
+            if unknown:
+                raise KeyError(f"recover_state_dict: the module has no {kind} "
+                               f"named {sorted(unknown)[0]!r} where the "
+                               "snapshot has one")
+            container.update(saved)
+
+
+def _stop(tensors):
+    with torch.no_grad():
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                requires_grad = t.requires_grad
+                t.detach_().requires_grad_(requires_grad)
 
 
 def stop_gradient(target):
-    """Cuts the graph behind a module's parameters or an optimizer's state,
-    in place: later backward passes stop there."""
+    """Cuts the graph behind a module's parameters, an optimizer's state, a
+    ModuleState or a tree of tensors, in place: later backward passes stop
+    there."""
     if isinstance(target, MetaOptimizer):
-        tensors = [t for t in _tree.leaves(target.state)
-                   if isinstance(t, torch.Tensor)]
+        tensors = _tree.leaves(target.state_dict())
     elif isinstance(target, torch.nn.Module):
-        tensors = [p for _, p in _named_slots(target, "_parameters")]
+        tensors = list(target.parameters())  # skips None (bias=False)
     elif isinstance(target, ModuleState):
-        tensors = [t for t in list(target.params.values())
-                   + list(target.buffers.values()) if t is not None]
+        tensors = _tree.leaves((target.params, target.buffers))
     else:
-        tensors = [t for t in _tree.leaves(target) if isinstance(t, torch.Tensor)]
-    with torch.no_grad():
-        for t in tensors:
-            requires_grad = t.requires_grad
-            t.detach_().requires_grad_(requires_grad)
+        tensors = _tree.leaves(target)
+    _stop(tensors)
 
 
-def module_clone(target, *, by="reference", detach_buffers=False):
-    """A copy of an nn.Module whose parameters and buffers are the originals
-    (by='reference'), clones that keep the graph ('copy'), or detached clones
-    ('deepcopy'). Works on modules whose parameters are non-leaf tensors
-    produced by a MetaOptimizer, which copy.deepcopy alone rejects."""
-    _check_by(by)
-    if not isinstance(target, torch.nn.Module):
-        raise TypeError("module_clone: `target` must be an nn.Module, got "
-                        f"{type(target).__name__}")
-    memo = {}
-    for _, p in _named_slots(target, "_parameters"):
-        if p is not None:
-            memo[id(p)] = _replicate(p, by)
-    for _, b in _named_slots(target, "_buffers"):
-        if b is not None:
-            clone = _replicate(b, by)
-            memo[id(b)] = clone.detach() if detach_buffers else clone
-    return copy.deepcopy(target, memo)
+def module_detach_(target):
+    """:func:`stop_gradient`, returning ``target``."""
+    stop_gradient(target)
+    return target
+
+
+def module_clone(target, *, by="reference", detach_buffers=False, device=None):
+    """A copy of an nn.Module (or a MetaOptimizer) whose tensors are the
+    originals (by='reference'), clones that keep the graph ('copy') or
+    detached clones ('deepcopy'); of a tree of tensors, the tree of copies.
+    Works on modules whose parameters are non-leaf tensors produced by a
+    MetaOptimizer, which copy.deepcopy alone rejects."""
+    by = _normalize_by(by)
+    if isinstance(target, (torch.nn.Module, MetaOptimizer)):
+        if isinstance(target, torch.nn.Module):
+            tensors = _tree.leaves(_containers(target, True))
+        else:
+            tensors = _tree.leaves(target.state_dict())
+        # The tensors are shared by the deepcopy, then replaced.
+        clone = copy.deepcopy(target, {id(t): t for t in tensors})
+        state = extract_state_dict(target, by=by, device=device,
+                                   detach_buffers=detach_buffers)
+        recover_state_dict(clone, state)
+        return clone
+    replicate, _ = _replicator(by, device)
+    leaves = _tree.leaves(target)
+    if not all(isinstance(t, torch.Tensor) for t in leaves):
+        raise TypeError("module_clone: `target` must be an nn.Module, a "
+                        "MetaOptimizer or a tree of tensors")
+    return _tree.map(replicate, target)
 
 
 def _named_slots(module, kind):
@@ -156,3 +244,8 @@ def functional_call(module, params, *args, **kwargs):
     finally:
         for owner, attr, original in slots:
             owner._parameters[attr] = original
+
+
+__all__ = ["ModuleState", "stop_gradient", "extract_state_dict",
+           "recover_state_dict", "module_clone", "module_detach_",
+           "functional_call"]

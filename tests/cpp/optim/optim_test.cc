@@ -161,5 +161,64 @@ TEST(OptimCpp, ErrorsNameTheProblem) {
   expect_error([&] { func.Step(torch::ones({}), params); }, "does not depend");
 }
 
+TEST(OptimCpp, WeightDecayInPlaceOnAViewGradient) {
+  // A gradient that is a view made without grad mode (as autograd's are),
+  // a parameter that requires grad: the in-place decay adds it as data.
+  auto p = torch::ones({2, 3}, torch::requires_grad());
+  torch::Tensor g;
+  {
+    torch::NoGradGuard no_grad;
+    g = torch::full({3, 2}, 0.5).t();
+  }
+  ASSERT_TRUE(g.is_view());
+  SgdOptions o;
+  o.lr = 0.1;
+  o.weight_decay = 0.1;
+  auto tx = Sgd(o);
+  TensorList params = {p};
+  auto state = tx->Init(params);
+  auto u = tx->Update({g}, state, &params, /*inplace=*/true)[0];
+  EXPECT_FALSE(u.requires_grad());
+  EXPECT_TRUE(torch::allclose(u, torch::full({2, 3}, -0.1 * 0.6)));
+}
+
+TEST(OptimCpp, ClipGradNormIsAConstantScalingForAutograd) {
+  auto u = torch::tensor({3.0, 4.0}, torch::dtype(torch::kFloat64).requires_grad(true));
+  auto tx = ClipGradNorm(1.0, 2.0);
+  TransformState state = tx->Init({u});
+  auto clipped = tx->Update({u * 1.0}, state, nullptr, false)[0];
+  auto grad = torch::autograd::grad({clipped.sum()}, {u})[0];
+  EXPECT_TRUE(torch::allclose(grad, torch::full({2}, 1.0 / (5.0 + 1e-6), torch::kFloat64)))
+      << grad;
+  auto strict = ClipGradNorm(1.0, 2.0, /*error_if_nonfinite=*/true);
+  TransformState s2 = strict->Init({u});
+  EXPECT_THROW(strict->Update({torch::tensor({INFINITY, 1.0})}, s2, nullptr, false),
+               c10::Error);
+}
+
+TEST(OptimCpp, RmsPropNesterovAndInitialScale) {
+  RmsPropOptions o;
+  o.lr = 0.1;
+  o.alpha = 0.9;
+  o.momentum = 0.5;
+  o.initial_scale = 0.3;
+  o.nesterov = true;
+  auto tx = RmsProp(o);
+  auto w = torch::tensor({1.0, -2.0}, torch::kFloat64);
+  auto state = tx->Init({w});
+  auto nu = torch::full({2}, 0.3, torch::kFloat64);
+  torch::Tensor buf;
+  for (int step = 0; step < 3; ++step) {
+    auto g = 2 * w;
+    TensorList params = {w};
+    auto u = tx->Update({g.clone()}, state, &params, false)[0];
+    nu = 0.9 * nu + 0.1 * g * g;
+    auto scaled = g / (nu.sqrt() + 1e-8);
+    buf = step == 0 ? scaled : 0.5 * buf + scaled;
+    EXPECT_TRUE(torch::allclose(u, -0.1 * (scaled + 0.5 * buf), 1e-12, 1e-12)) << u;
+    w = w + u;
+  }
+}
+
 }  // namespace
 }  // namespace metafuse::optim

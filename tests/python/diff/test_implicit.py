@@ -266,13 +266,32 @@ def test_module_with_batchnorm_meta_network_matches_direct_differentiation():
 
 
 def test_module_without_optimality_or_objective_is_an_error():
-    class Incomplete(ImplicitMetaGradientModule):
+    # As in TorchOpt, the class definition itself is the error.
+    with pytest.raises(TypeError, match="optimality"):
+        class Incomplete(ImplicitMetaGradientModule):
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.zeros(2))
+
+            def solve(self):
+                pass
+
+    with pytest.raises(TypeError, match="staticmethod"):
+        class Static(ImplicitMetaGradientModule):
+            @staticmethod
+            def objective(x):
+                return x
+
+    class NoMeta(ImplicitMetaGradientModule):
         def __init__(self):
             super().__init__()
             self.w = torch.nn.Parameter(torch.zeros(2))
 
+        def objective(self):
+            return (self.w ** 2).sum()
+
         def solve(self):
             pass
 
-    with pytest.raises(TypeError, match="optimality"):
-        Incomplete().solve()
+    with pytest.raises(RuntimeError, match="no meta-parameters"):
+        NoMeta().solve()

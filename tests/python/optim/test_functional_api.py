@@ -110,14 +110,14 @@ def test_hooks_act_on_the_meta_gradient():
 @pytest.mark.parametrize("fn, expected", [
     (schedule.linear_schedule(1.0, 0.0, 4), [1.0, 0.75, 0.5, 0.25, 0.0, 0.0]),
     (schedule.polynomial_schedule(1.0, 0.0, 2.0, 2), [1.0, 0.25, 0.0, 0.0, 0.0, 0.0]),
-    (schedule.exponential_decay(1.0, 0.5, 1), [1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125]),
-    (schedule.exponential_decay(1.0, 0.5, 2, staircase=True, end_value=0.3),
+    (schedule.exponential_decay(1.0, 0.5, transition_steps=1), [1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125]),
+    (schedule.exponential_decay(1.0, 0.5, transition_steps=2, staircase=True, end_value=0.3),
      [1.0, 1.0, 0.5, 0.5, 0.3, 0.3]),
     (schedule.linear_schedule(1.0, 0.0, 2, transition_begin=2),
      [1.0, 1.0, 1.0, 0.5, 0.0, 0.0]),
 ])
 def test_schedules(fn, expected):
-    assert [fn(i) for i in range(6)] == pytest.approx(expected)
+    assert [float(fn(i)) for i in range(6)] == pytest.approx(expected)
 
 
 def test_schedule_drives_the_learning_rate():

@@ -95,12 +95,13 @@ def test_extract_recover_and_stop_gradient_in_a_meta_loop():
     optimizer_snapshot = metafuse.extract_state_dict(inner, by="copy")
     inner.step(((model(x) - y) ** 2).mean())
     adapted = metafuse.extract_state_dict(model)  # by reference: keeps graph
-    assert all(p.grad_fn is not None for p in adapted.params.values())
+    assert all(p.grad_fn is not None for d in adapted.params for p in d.values())
     metafuse.stop_gradient(model)
     assert all(p.grad_fn is None for p in model.parameters())
     metafuse.recover_state_dict(model, initial)
-    for name, p in model.named_parameters():
-        torch.testing.assert_close(p, initial.params[name])
+    snapshot = [p for d in initial.params for p in d.values()]
+    for p, saved in zip(model.parameters(), snapshot):
+        torch.testing.assert_close(p, saved)
     metafuse.recover_state_dict(inner, optimizer_snapshot)
     with pytest.raises(ValueError, match="`by` must be one of"):
         metafuse.extract_state_dict(model, by="shallow")

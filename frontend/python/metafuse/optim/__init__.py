@@ -7,16 +7,20 @@
   models.
 """
 
-from metafuse.optim.optimizer import (SGD, Adadelta, Adagrad, Adam, Adamax,
-                                      AdamW, Optimizer, RAdam, RMSProp)
-from metafuse.optim.meta import (MetaAdadelta, MetaAdagrad, MetaAdam,
+from metafuse.optim.optimizer import (SGD, AdaDelta, Adadelta, AdaGrad,
+                                      Adagrad, Adam, AdaMax, Adamax, AdamW,
+                                      Optimizer, RAdam, RMSProp, RMSprop)
+from metafuse.optim.meta import (MetaAdaDelta, MetaAdadelta, MetaAdaGrad,
+                                 MetaAdagrad, MetaAdam, MetaAdaMax,
                                  MetaAdamax, MetaAdamW, MetaOptimizer,
-                                 MetaRAdam, MetaRMSProp, MetaSGD)
+                                 MetaRAdam, MetaRMSProp, MetaRMSprop, MetaSGD)
 from metafuse.optim.func import FuncOptimizer
+from metafuse.optim import meta, func  # noqa: F401  (TorchOpt's submodules)
 
 __all__ = [
     "Optimizer", "SGD", "Adam", "AdamW", "Adamax", "Adadelta", "Adagrad",
     "RAdam", "RMSProp", "MetaOptimizer", "MetaSGD", "MetaAdam", "MetaAdamW",
     "MetaAdamax", "MetaAdadelta", "MetaAdagrad", "MetaRAdam", "MetaRMSProp",
-    "FuncOptimizer",
+    "FuncOptimizer", "AdaMax", "AdaDelta", "AdaGrad", "RMSprop",
+    "MetaAdaMax", "MetaAdaDelta", "MetaAdaGrad", "MetaRMSprop", "meta", "func",
 ]

@@ -16,23 +16,25 @@ class FuncOptimizer:
         self.inplace = bool(inplace)
         self.optim_state = None
 
-    def step(self, loss, params):
+    def step(self, loss, params, inplace=None):
+        """New parameters after one update from ``loss``; ``inplace``
+        overrides the constructor's choice for this call (TorchOpt)."""
+        inplace = self.inplace if inplace is None else bool(inplace)
         leaves, spec = tree.flatten(params)
         if not leaves:
             raise ValueError("FuncOptimizer.step: `params` has no tensors")
         if self.optim_state is None:
             self.optim_state = self.impl.init(params)
-        grads = torch.autograd.grad(loss, leaves, create_graph=not self.inplace,
+        grads = torch.autograd.grad(loss, leaves, create_graph=not inplace,
                                     allow_unused=True)
         if all(g is None for g in grads):
             raise ValueError("FuncOptimizer.step: `loss` does not depend on "
                              "`params`")
-        grads = [torch.zeros_like(p) if g is None else g
-                 for p, g in zip(leaves, grads)]
+        # A parameter without a gradient is left alone (TorchOpt).
         updates, self.optim_state = self.impl.update(
-            tree.unflatten(spec, grads), self.optim_state, params=params,
-            inplace=self.inplace)
-        return apply_updates(params, updates, inplace=self.inplace)
+            tree.unflatten(spec, list(grads)), self.optim_state, params=params,
+            inplace=inplace)
+        return apply_updates(params, updates, inplace=inplace)
 
     def state_dict(self):
         return self.optim_state

@@ -11,34 +11,69 @@ import torch
 
 from metafuse import states as _states
 from metafuse import tree as _tree
+from metafuse.base import GradientTransformation
 from metafuse.optim import _factory
 
 
 class Optimizer(torch.optim.Optimizer):
-    """Base class: ``alias_fn(**group hyperparameters)`` builds the update."""
+    """A torch.optim.Optimizer whose update is a GradientTransformation.
 
-    def __init__(self, params, alias_fn, defaults):
-        self._alias_fn = alias_fn
-        # Group keys the alias understands; schedulers add others (initial_lr).
-        self._alias_keys = frozenset(inspect.signature(alias_fn).parameters)
-        self._transforms = {}  # hyperparameter key -> C++ transformation
-        self._group_states = []  # raw C++ state per param group
+    ``Optimizer(params, impl)`` (TorchOpt's form) runs any transformation,
+    chains and user-written ones included, over all parameter groups. The
+    subclasses (SGD, Adam, ...) build theirs from each group's
+    hyperparameters, so schedulers that change ``group["lr"]`` work.
+    """
+
+    def __init__(self, params, impl, defaults=None):
+        if isinstance(impl, GradientTransformation):
+            self._impl = impl
+            self._alias_fn = None
+            self._alias_keys = frozenset()
+            defaults = {}
+        elif callable(impl) and isinstance(defaults, dict):
+            self._impl = None
+            self._alias_fn = impl
+            # Group keys the alias understands; schedulers add others.
+            self._alias_keys = frozenset(inspect.signature(impl).parameters)
+        else:
+            raise TypeError("Optimizer: `impl` must be a GradientTransformation "
+                            f"(e.g. metafuse.adam(1e-3)), got {type(impl).__name__}")
+        self._transforms = {}  # hyperparameter key -> GradientTransformation
+        self._group_states = []  # optimizer state per param group
+        if isinstance(params, torch.Tensor):
+            raise TypeError("Optimizer: `params` must be an iterable of tensors "
+                            "or of param-group dicts, got a Tensor")
         super().__init__(params, defaults)
 
+    @property
+    def impl(self):
+        """The transformation of the first param group (TorchOpt's attribute)."""
+        return self._transform(self.param_groups[0])
+
+    @property
+    def state_groups(self):
+        """The optimizer state of each param group (TorchOpt's attribute)."""
+        return tuple(self._group_states)
+
     def _transform(self, group):
+        if self._impl is not None:
+            return self._impl
         hyper = {k: v for k, v in group.items() if k in self._alias_keys}
         key = tuple(sorted((k, _hashable(v)) for k, v in hyper.items()))
         tx = self._transforms.get(key)
         if tx is None:
             # Rebuilt when a scheduler (or the user) changes group["lr"] etc.
-            py_tx = self._alias_fn(**hyper)
-            if py_tx._core is None:  # a mask, resolved against the params
-                py_tx.init([p.detach() for p in group["params"]])
-            tx = py_tx._core
+            tx = self._alias_fn(**hyper)
             self._transforms[key] = tx
         return tx
 
     def add_param_group(self, param_group):
+        """Adds a group: a dict as in torch.optim, or (TorchOpt) an iterable
+        of tensors using the defaults."""
+        if not isinstance(param_group, dict):
+            if isinstance(param_group, torch.Tensor):
+                param_group = [param_group]
+            param_group = {"params": list(param_group)}
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         self._group_states.append(self._transform(group).init(
@@ -53,28 +88,22 @@ class Optimizer(torch.optim.Optimizer):
         for i, group in enumerate(self.param_groups):
             tx = self._transform(group)
             params = group["params"]
-            having_grad = [j for j, p in enumerate(params) if p.grad is not None]
-            if not having_grad:
+            grads = [p.grad for p in params]
+            if all(g is None for g in grads):
                 continue
-            state = self._group_states[i]
-            if len(having_grad) == len(params):
-                grads = [p.grad for p in params]
-                updates, state = tx.update(grads, state, params, True)
-                tx_params = params
-            else:
-                # Parameters without a gradient are skipped, as in torch.optim:
-                # the update runs on the others' slice of the state.
-                tx_params = [params[j] for j in having_grad]
-                grads = [p.grad for p in tx_params]
-                sub = _select(state, having_grad)
-                updates, sub = tx.update(grads, sub, tx_params, True)
-                state = _scatter(state, sub, having_grad)
-            self._group_states[i] = state
-            for p, u in zip(tx_params, updates):
-                p.add_(u)
+            # Parameters without a gradient are skipped, as in torch.optim:
+            # their update is None and their state does not move.
+            updates, self._group_states[i] = tx.update(
+                grads, self._group_states[i], params=list(params), inplace=True)
+            for p, u in zip(params, updates):
+                if u is not None:
+                    p.add_(u)
         return loss
 
     def state_dict(self):
+        """torch.optim's layout: {"state": [state of each group],
+        "param_groups": [...]} (TorchOpt's Optimizer returns the tuple of
+        group states; see :attr:`state_groups`)."""
         groups = []
         index = 0
         for group in self.param_groups:
@@ -82,14 +111,16 @@ class Optimizer(torch.optim.Optimizer):
             packed["params"] = list(range(index, index + len(group["params"])))
             index += len(group["params"])
             groups.append(packed)
-        states = [_states.from_raw(raw, _tree.flatten(list(g["params"]))[1])
-                  for raw, g in zip(self._group_states, self.param_groups)]
-        return {"state": states, "param_groups": groups}
+        return {"state": list(self._group_states), "param_groups": groups}
 
     def load_state_dict(self, state_dict):
-        groups = state_dict.get("param_groups")
-        states = state_dict.get("state")
-        if groups is None or states is None or len(groups) != len(self.param_groups):
+        if isinstance(state_dict, (tuple, list)) and not isinstance(state_dict, dict):
+            state_dict = {"state": list(state_dict), "param_groups": [
+                {"params": g["params"]} for g in self.param_groups]}
+        groups = state_dict.get("param_groups") if isinstance(state_dict, dict) else None
+        states = state_dict.get("state") if isinstance(state_dict, dict) else None
+        if groups is None or states is None or len(groups) != len(self.param_groups) \
+                or len(states) != len(self.param_groups):
             raise ValueError(
                 "load_state_dict: expected a dict with 'state' and "
                 f"'param_groups' for {len(self.param_groups)} param group(s)")
@@ -99,9 +130,13 @@ class Optimizer(torch.optim.Optimizer):
                     f"load_state_dict: param group {i} has "
                     f"{len(group['params'])} parameters, the saved one "
                     f"{len(saved['params'])}")
+        for i, (saved, group) in enumerate(zip(groups, self.param_groups)):
             group.update({k: v for k, v in saved.items() if k != "params"})
-            spec = _tree.flatten(list(group["params"]))[1]
-            self._group_states[i] = _states.to_raw(states[i], spec)
+            tx = self._transform(group)
+            if tx._core is not None:  # validates the structure
+                spec = _tree.flatten(list(group["params"]))[1]
+                _states.to_raw(states[i], spec)
+            self._group_states[i] = states[i]
 
 
 def _hashable(value):
@@ -112,33 +147,13 @@ def _hashable(value):
     return id(value) if isinstance(value, torch.Tensor) else value
 
 
-def _select(raw, indices):
-    name, fields, children = raw
-    fields = [(f, [t[j] for j in indices] if per_param else t, per_param)
-              for f, t, per_param in fields]
-    return (name, fields, [_select(c, indices) for c in children])
-
-
-def _scatter(full, sub, indices):
-    name, fields, children = full
-    out_fields = []
-    for (f, tensors, per_param), (_, sub_tensors, _) in zip(fields, sub[1]):
-        if per_param:
-            tensors = list(tensors)
-            for j, t in zip(indices, sub_tensors):
-                tensors[j] = t
-            out_fields.append((f, tensors, True))
-        else:
-            out_fields.append((f, sub_tensors, False))
-    return (name, out_fields,
-            [_scatter(c, s, indices) for c, s in zip(children, sub[2])])
-
-
-def _make(stem):
+def _make(stem, name=None):
     fn = _factory.ALIASES[stem]
     return _factory.make_class(
-        stem, Optimizer, fn, "params",
-        f"torch.optim-compatible {stem}; hyperparameters as metafuse.{fn.__name__}.")
+        name or stem, Optimizer, stem, "params",
+        f"torch.optim-compatible {stem} (a torch.optim.Optimizer subclass); "
+        f"TorchOpt's signature, update as metafuse.{fn.__name__}.",
+        _factory.OOP_SIGNATURES)
 
 
 SGD = _make("SGD")
@@ -149,3 +164,8 @@ Adadelta = _make("Adadelta")
 Adagrad = _make("Adagrad")
 RAdam = _make("RAdam")
 RMSProp = _make("RMSProp")
+# TorchOpt's other spellings.
+AdaMax = Adamax
+AdaDelta = Adadelta
+AdaGrad = Adagrad
+RMSprop = RMSProp

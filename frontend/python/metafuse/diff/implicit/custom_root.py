@@ -102,12 +102,14 @@ def custom_root(optimality_fn, argnums, has_aux=False, solve=None):
 
     def decorator(solver_fn):
         @functools.wraps(solver_fn)
-        def wrapped(*args):
+        def wrapped(*args, **kwargs):
+            # Keyword arguments reach the solver and the optimality function
+            # unchanged; they are not differentiated (TorchOpt).
             if max(argnums) >= len(args):
                 raise ValueError(f"custom_root: argnums {argnums} out of range for "
                                  f"{len(args)} solver argument(s)")
             with torch.no_grad():
-                out = solver_fn(*args)
+                out = solver_fn(*args, **kwargs)
             aux = None
             if has_aux:
                 if not isinstance(out, tuple) or len(out) != 2:
@@ -127,7 +129,7 @@ def custom_root(optimality_fn, argnums, has_aux=False, solve=None):
                 for a, spec, n in meta_specs:
                     call[a] = _tree.unflatten(spec, metas[k:k + n])
                     k += n
-                return optimality_fn(x, *call[1:])
+                return optimality_fn(x, *call[1:], **kwargs)
 
             plan = {"num_meta": len(meta_leaves), "solution": [s.detach() for s in solution],
                     "solution_spec": sol_spec, "meta_leaves": meta_leaves,

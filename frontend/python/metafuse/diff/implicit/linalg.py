@@ -12,7 +12,7 @@ from metafuse import tree as _tree
 
 _core = _C._diff
 
-__all__ = ["cg", "ns", "ConvergenceWarning"]
+__all__ = ["cg", "ns", "ns_inv", "ConvergenceWarning"]
 
 
 class ConvergenceWarning(UserWarning):
@@ -20,12 +20,27 @@ class ConvergenceWarning(UserWarning):
 
 
 def _flat_operator(A, spec, name):
-    """A callable on pytrees (or a matrix) -> a callable on flat leaf lists."""
-    if isinstance(A, torch.Tensor):
-        if A.dim() != 2 or A.shape[0] != A.shape[1]:
-            raise ValueError(f"{name}: a matrix operator must be square, got "
-                             f"shape {tuple(A.shape)}")
-        return lambda leaves: [(A @ leaves[0].reshape(-1)).reshape(leaves[0].shape)]
+    """A callable on pytrees, a matrix (for a tensor ``b``) or a tree of
+    matrices shaped like ``b`` (one per leaf, TorchOpt) -> a callable on flat
+    leaf lists."""
+    if not callable(A) and _tree.leaves(A) and all(
+            isinstance(t, torch.Tensor) for t in _tree.leaves(A)):
+        if isinstance(A, torch.Tensor):
+            matrices = [A]
+        else:
+            try:
+                matrices = list(_tree.flatten_as(spec, A))
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"{name}: a tree of matrices `A` must have the "
+                                 f"structure of `b`: {exc}") from None
+        for m in matrices:
+            if m.dim() != 2 or m.shape[0] != m.shape[1]:
+                raise ValueError(f"{name}: a matrix operator must be square, got "
+                                 f"shape {tuple(m.shape)}")
+        if len(matrices) == 1 and spec.num_leaves != 1:
+            raise ValueError(f"{name}: one matrix `A` needs a tensor `b`")
+        return lambda leaves: [(m @ x.reshape(-1)).reshape(x.shape)
+                               for m, x in zip(matrices, leaves)]
     if not callable(A):
         raise TypeError(f"{name}: the operator must be a callable or a square "
                         f"matrix, got {type(A).__name__}")
@@ -44,6 +59,8 @@ def _flat_operator(A, spec, name):
 
 
 def _check_options(name, ridge, maxiter, rtol, atol):
+    if ridge is None:  # TorchOpt's "no ridge"
+        ridge = 0.0
     if not isinstance(ridge, numbers.Real) or ridge < 0:
         raise ValueError(f"{name}: `ridge` must be a number >= 0, got {ridge!r}")
     if maxiter is not None and (not isinstance(maxiter, numbers.Integral) or maxiter < 1):
@@ -51,6 +68,7 @@ def _check_options(name, ridge, maxiter, rtol, atol):
     for label, value in (("rtol", rtol), ("atol", atol)):
         if not isinstance(value, numbers.Real) or value < 0:
             raise ValueError(f"{name}: `{label}` must be a number >= 0, got {value!r}")
+    return float(ridge)
 
 
 def report(name, result):
@@ -70,30 +88,85 @@ def _leaves(b, name):
     return leaves, spec
 
 
-def cg(A, b, x0=None, *, ridge=0.0, maxiter=None, rtol=1e-10, atol=0.0):
-    """Solves (A + ridge I) x = b by conjugate gradient (A symmetric positive
-    definite). Warns (ConvergenceWarning) with the residual reached if the
-    tolerance is not met."""
-    _check_options("cg", ridge, maxiter, rtol, atol)
+def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
+       ridge=0.0):
+    """Solves A x = b by (preconditioned) conjugate gradient, A symmetric
+    positive definite: a callable on pytrees shaped like ``b``, a matrix, or
+    a tree of matrices (one per leaf of ``b``). Stops when |residual| <=
+    max(rtol |b|, atol) or after ``maxiter`` iterations (default: 10 x the
+    number of unknowns). ``M`` is a preconditioner approximating A^-1 (same
+    forms as A). ``ridge`` (a metafuse extension) solves (A + ridge I) x = b.
+    Warns (ConvergenceWarning) with the residual reached if the tolerance is
+    not met."""
+    ridge = _check_options("cg", ridge, maxiter, rtol, atol)
     leaves, spec = _leaves(b, "cg")
     init = [] if x0 is None else list(_tree.flatten_as(spec, x0))
+    precondition = None if M is None else _flat_operator(M, spec, "cg (M)")
     with torch.no_grad():
-        result = _core.cg(_flat_operator(A, spec, "cg"), leaves, float(ridge),
+        result = _core.cg(_flat_operator(A, spec, "cg"), leaves, ridge,
                           -1 if maxiter is None else int(maxiter), float(rtol),
-                          float(atol), init)
+                          float(atol), init, precondition)
     return _tree.unflatten(spec, report("cg", result))
 
 
-def ns(A, b, *, alpha=1.0, ridge=0.0, maxiter=None, rtol=1e-10, atol=0.0):
-    """Solves (A + ridge I) x = b with the Neumann series
-    x = alpha sum_k (I - alpha A)^k b (needs |I - alpha A| < 1)."""
-    _check_options("ns", ridge, maxiter, rtol, atol)
+def _check_alpha(name, alpha):
+    if alpha is None:
+        return 1.0
     if not isinstance(alpha, numbers.Real) or alpha <= 0:
-        raise ValueError(f"ns: `alpha` must be a number > 0, got {alpha!r}")
+        raise ValueError(f"{name}: `alpha` must be a number > 0 or None, got {alpha!r}")
+    return float(alpha)
+
+
+def _check_maxiter(name, maxiter):
+    if maxiter is None:
+        return 10
+    if isinstance(maxiter, bool) or not isinstance(maxiter, numbers.Integral) \
+            or maxiter < 0:
+        raise ValueError(f"{name}: `maxiter` must be an integer >= 0, got {maxiter!r}")
+    return int(maxiter)
+
+
+def ns(A, b, maxiter=None, *, alpha=None, ridge=0.0):
+    """The Neumann-series approximation of A^-1 b (TorchOpt's ``ns``):
+    alpha sum_{k=0..maxiter} (I - alpha A)^k b, exactly ``maxiter`` (default
+    10) terms after the first, alpha defaulting to 1. Accurate when the
+    spectral radius of I - alpha A is below 1. ``A``: a callable on pytrees
+    shaped like ``b``, a matrix, or a tree of matrices (one per leaf)."""
+    ridge = _check_options("ns", ridge, None, 0.0, 0.0)
+    alpha = _check_alpha("ns", alpha)
+    maxiter = _check_maxiter("ns", maxiter)
     leaves, spec = _leaves(b, "ns")
+    if maxiter == 0:
+        return _tree.unflatten(spec, [alpha * t for t in leaves])
     with torch.no_grad():
-        result = _core.neumann(_flat_operator(A, spec, "ns"), leaves,
-                               float(alpha), float(ridge),
-                               -1 if maxiter is None else int(maxiter),
-                               float(rtol), float(atol))
-    return _tree.unflatten(spec, report("ns", result))
+        x, *_ = _core.neumann(_flat_operator(A, spec, "ns"), leaves, alpha,
+                              ridge, maxiter, 0.0, 0.0)
+    return _tree.unflatten(spec, x)
+
+
+def ns_inv(A, maxiter=None, *, alpha=None):
+    """The Neumann-series approximation of A^-1 for a square matrix, or for
+    each matrix of a tree: alpha sum_{k=0..maxiter-1} (I - alpha A)^k
+    (TorchOpt's ``ns_inv``; ``maxiter`` defaults to 10, ``alpha`` to 1)."""
+    alpha = _check_alpha("ns_inv", alpha)
+    maxiter = _check_maxiter("ns_inv", maxiter)
+    matrices, spec = _tree.flatten(A)
+    out = []
+    for m in matrices:
+        if not isinstance(m, torch.Tensor) or m.dim() != 2 or m.shape[0] != m.shape[1]:
+            raise ValueError("ns_inv: `A` must be a square matrix or a tree of "
+                             "them, got "
+                             + (f"shape {tuple(m.shape)}" if isinstance(m, torch.Tensor)
+                                else type(m).__name__))
+        if maxiter == 0:
+            out.append(torch.zeros_like(m))
+            continue
+        # The series applied to the identity's columns, in C++: its first
+        # maxiter terms are the (maxiter - 1)-step series.
+        eye = torch.eye(m.shape[0], dtype=m.dtype, device=m.device)
+        with torch.no_grad():
+            x, *_ = _core.neumann(lambda leaves, m=m: [m @ leaves[0]], [eye],
+                                  alpha, 0.0, maxiter - 1, 0.0, 0.0) \
+                if maxiter > 1 else ([alpha * eye],)
+        out.append(x[0])
+    return _tree.unflatten(spec, out)

@@ -2,8 +2,6 @@
 function ``solve(matvec, b) -> x`` for (A + ridge I) x = b, A given only
 through ``matvec`` (a callable on pytrees shaped like ``b``)."""
 
-import numbers
-
 import torch
 
 from metafuse import _C
@@ -30,22 +28,26 @@ def _transpose(matvec):
     return rmatvec
 
 
-def solve_cg(*, ridge=0.0, init=None, maxiter=None, rtol=1e-10, atol=0.0):
+def solve_cg(*, ridge=None, init=None, maxiter=None, rtol=1e-10, atol=0.0,
+             M=None):
     """Conjugate gradient: for symmetric positive definite operators (the
-    Hessian of a strictly convex inner objective)."""
-    linalg._check_options("solve_cg", ridge, maxiter, rtol, atol)
+    Hessian of a strictly convex inner objective). ``ridge`` (None: 0)
+    solves (A + ridge I) x = b; ``M`` is a preconditioner (see linalg.cg).
+    The default tolerance is tighter than TorchOpt's (rtol 1e-10, not 1e-5):
+    implicit gradients are then accurate to about 1e-8."""
+    ridge = linalg._check_options("solve_cg", ridge, maxiter, rtol, atol)
 
     def solve(matvec, b):
         return linalg.cg(matvec, b, init, ridge=ridge, maxiter=maxiter,
-                         rtol=rtol, atol=atol)
+                         rtol=rtol, atol=atol, M=M)
     return solve
 
 
-def solve_normal_cg(*, ridge=0.0, init=None, maxiter=None, rtol=1e-10,
+def solve_normal_cg(*, ridge=None, init=None, maxiter=None, rtol=1e-10,
                     atol=0.0, rmatvec=None):
     """CG on the normal equations A^T A x = A^T b: any invertible operator.
     A^T comes from ``rmatvec`` or, by default, from autograd."""
-    linalg._check_options("solve_normal_cg", ridge, maxiter, rtol, atol)
+    ridge = linalg._check_options("solve_normal_cg", ridge, maxiter, rtol, atol)
 
     def solve(matvec, b):
         leaves, spec = linalg._leaves(b, "solve_normal_cg")
@@ -55,28 +57,35 @@ def solve_normal_cg(*, ridge=0.0, init=None, maxiter=None, rtol=1e-10,
             result = _core.normal_cg(
                 linalg._flat_operator(matvec, spec, "solve_normal_cg"),
                 linalg._flat_operator(transpose, spec, "solve_normal_cg"),
-                leaves, float(ridge), -1 if maxiter is None else int(maxiter),
+                leaves, ridge, -1 if maxiter is None else int(maxiter),
                 float(rtol), float(atol), initial)
         return _tree.unflatten(spec, linalg.report("solve_normal_cg", result))
     return solve
 
 
-def solve_inv(*, ns=False, alpha=1.0, ridge=0.0, maxiter=None, rtol=1e-10,
+def solve_inv(*, ridge=None, ns=False, maxiter=None, alpha=None, rtol=None,
               atol=0.0):
     """Inverts the operator: densely (forms the matrix with one matvec per
     unknown, then LU; exact, for small problems) or, with ``ns=True``, by
-    the Neumann series with step ``alpha``."""
-    linalg._check_options("solve_inv", ridge, maxiter, rtol, atol)
-    if not isinstance(alpha, numbers.Real) or alpha <= 0:
-        raise ValueError(f"solve_inv: `alpha` must be a number > 0, got {alpha!r}")
+    the Neumann series with step ``alpha`` (None: 1): ``maxiter`` terms
+    (default 10) as TorchOpt does, or, given ``rtol`` (a metafuse
+    extension), until the residual is below max(rtol |b|, atol)."""
+    ridge = linalg._check_options("solve_inv", ridge,
+                                  None if maxiter == 0 else maxiter,
+                                  0.0 if rtol is None else rtol, atol)
+    alpha = linalg._check_alpha("solve_inv", alpha)
 
     def solve(matvec, b):
-        if ns:
-            return linalg.ns(matvec, b, alpha=alpha, ridge=ridge,
-                             maxiter=maxiter, rtol=rtol, atol=atol)
+        if ns and rtol is None:
+            return linalg.ns(matvec, b, maxiter, alpha=alpha, ridge=ridge)
         leaves, spec = linalg._leaves(b, "solve_inv")
+        op = linalg._flat_operator(matvec, spec, "solve_inv")
         with torch.no_grad():
-            result = _core.dense(linalg._flat_operator(matvec, spec, "solve_inv"),
-                                 leaves, float(ridge))
+            if ns:
+                result = _core.neumann(op, leaves, alpha, ridge,
+                                       -1 if maxiter is None else int(maxiter),
+                                       float(rtol), float(atol))
+            else:
+                result = _core.dense(op, leaves, ridge)
         return _tree.unflatten(spec, linalg.report("solve_inv", result))
     return solve

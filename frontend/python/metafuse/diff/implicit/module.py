@@ -19,10 +19,19 @@
 
 Meta-parameters are found automatically: every tensor requiring grad and
 every parameter of every nn.Module passed to the constructor (buffers, e.g.
-of BatchNorm in eval mode, are constants). Inner parameters are all other
-parameters of the module. After ``solve`` the inner parameters are replaced
-by tensors whose backward is the implicit gradient (custom_root).
+of BatchNorm in eval mode, are constants). It is a
+:class:`metafuse.nn.MetaGradientModule`: those are kept apart, so
+``parameters()`` lists the inner parameters only (e.g. for an inner
+optimizer) and ``meta_parameters()`` the meta ones. After ``solve`` the inner
+parameters are replaced by tensors whose backward is the implicit gradient
+(custom_root).
+
+As in TorchOpt, a subclass without ``optimality`` or ``objective`` is a
+TypeError when it is defined, and ``solve`` on a module without inner
+parameters or without meta-parameters is a RuntimeError.
 """
+
+import inspect
 
 import functools
 
@@ -31,6 +40,7 @@ import torch
 from metafuse import tree as _tree
 from metafuse.diff.implicit import linear_solve as _linear_solve
 from metafuse.diff.implicit.custom_root import _ImplicitFunction
+from metafuse._meta_module import MetaGradientModule
 
 __all__ = ["ImplicitMetaGradientModule"]
 
@@ -46,11 +56,35 @@ def _meta_candidates(values):
     return found
 
 
-class ImplicitMetaGradientModule(torch.nn.Module):
+def _check_method(cls, name):
+    static = inspect.getattr_static(cls, name, None)
+    if static is None:
+        return False
+    if isinstance(static, staticmethod):
+        raise TypeError(f"method {name}() must not be a staticmethod.")
+    if isinstance(static, classmethod):
+        raise TypeError(f"method {name}() must not be a classmethod.")
+    if not callable(static):
+        raise TypeError(f"method {name}() must be callable.")
+    return True
+
+
+class ImplicitMetaGradientModule(MetaGradientModule):
     _linear_solve = None
+
+    def __new__(cls, *args, **kwargs):
+        if not callable(getattr(cls, "solve", None)):
+            raise TypeError(f"Can't instantiate abstract class {cls.__name__} with "
+                            "abstract method solve")
+        return super().__new__(cls, *args, **kwargs)
 
     def __init_subclass__(cls, linear_solve=None, **kwargs):
         super().__init_subclass__(**kwargs)
+        if not (_check_method(cls, "optimality") or _check_method(cls, "objective")):
+            raise TypeError(f"{cls.__name__}: ImplicitMetaGradientModule requires "
+                            "either an optimality() method or an objective() method")
+        if "objective" in cls.__dict__ and not _check_method(cls, "optimality"):
+            cls.optimality = _optimality_from_objective
         if linear_solve is not None:
             if not callable(linear_solve):
                 raise TypeError(f"{cls.__name__}: `linear_solve` must be a solver "
@@ -79,14 +113,55 @@ class ImplicitMetaGradientModule(torch.nn.Module):
     # -- slots: every place a tensor sits in the module tree -----------------
     def _slots(self):
         slots = []
-        for module in self.modules():
-            for name, value in module._parameters.items():
-                if value is not None:
-                    slots.append((module._parameters, name, value))
-            for name, value in vars(module).items():
-                if isinstance(value, torch.Tensor) and not name.startswith("_"):
-                    slots.append((vars(module), name, value))
+        seen = set()
+
+        def visit(root):
+            for module in root.modules():
+                if id(module) in seen:
+                    continue
+                seen.add(id(module))
+                for name, value in module._parameters.items():
+                    if value is not None:
+                        slots.append((module._parameters, name, value))
+                metas = module.__dict__.get("_meta_parameters", {})
+                for name, value in metas.items():
+                    if value is not None:
+                        slots.append((metas, name, value))
+                for name, value in vars(module).items():
+                    if isinstance(value, torch.Tensor) and not name.startswith("_"):
+                        slots.append((vars(module), name, value))
+                for meta_module in module.__dict__.get("_meta_modules", {}).values():
+                    if meta_module is not None:
+                        visit(meta_module)
+        visit(self)
         return slots
+
+
+def _check_parameters(module, meta, inner):
+    name = type(module).__name__
+    if not inner:
+        raise RuntimeError(f"{name}: The module has no parameters (inner "
+                           "nn.Parameters created in the module, not passed to "
+                           "its constructor).")
+    if not meta:
+        raise RuntimeError(f"{name}: The module has no meta-parameters (tensors "
+                           "requiring grad or modules passed to its constructor).")
+
+
+def _optimality_from_objective(self, *args, **kwargs):
+    """The optimality condition of a module that defines ``objective``: the
+    gradient of the objective in the inner parameters (a tuple, in the order
+    of the inner parameters), differentiable (TorchOpt's automatic
+    optimality)."""
+    meta, inner = _partition(self)
+    _check_parameters(self, meta, inner)
+    value = type(self).objective(self, *args, **kwargs)
+    params = [p for _, _, p in inner]
+    grads = torch.autograd.grad(value, params, create_graph=True, allow_unused=True)
+    return tuple(torch.zeros_like(p) if g is None else g for g, p in zip(grads, params))
+
+
+_optimality_from_objective.from_objective = True
 
 
 def _partition(module):
@@ -94,18 +169,23 @@ def _partition(module):
     meta_ids = getattr(module, "_meta_ids", set())
     originals = getattr(module, "_implicit_originals", {})
     meta, inner = [], []
+    # Parameters: nn.Parameters, and tensors requiring grad registered as
+    # parameters (a MetaGradientModule accepts them, as TorchOpt's does).
+    parameter_dicts = {id(m._parameters) for m in module.modules()}
     for container, name, value in module._slots():
         original = originals.get((id(container), name), (None, None, value))[2]
         if id(original) in meta_ids:
             meta.append((container, name, original))
-        elif isinstance(original, torch.nn.Parameter) and original.requires_grad:
+        elif original.requires_grad and (isinstance(original, torch.nn.Parameter)
+                                          or id(container) in parameter_dicts):
             inner.append((container, name, original))
     return meta, inner
 
 
 def _solve(module, user_solve, args, kwargs):
     name = type(module).__name__
-    has_optimality = callable(getattr(type(module), "optimality", None))
+    has_optimality = callable(getattr(type(module), "optimality", None)) and \
+        not getattr(type(module).optimality, "from_objective", False)
     has_objective = callable(getattr(type(module), "objective", None))
     if not (has_optimality or has_objective):
         raise TypeError(f"{name} must define optimality(self, ...) or "
@@ -116,9 +196,7 @@ def _solve(module, user_solve, args, kwargs):
         container[key] = param
     object.__setattr__(module, "_implicit_originals", {})
     meta, inner = _partition(module)
-    if not inner:
-        raise ValueError(f"{name}: no inner parameters (nn.Parameters created "
-                         "in the module, not passed to its constructor)")
+    _check_parameters(module, meta, inner)
     result = user_solve(module, *args, **kwargs)
     solution = [p.detach().clone() for _, _, p in inner]
     meta_tensors = [t for _, _, t in meta]

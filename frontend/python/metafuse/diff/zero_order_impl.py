@@ -232,6 +232,15 @@ class ZeroOrderGradientModule(torch.nn.Module):
 
     _zero_order = ("naive", 1, 1.0)
 
+    def __new__(cls, *args, **kwargs):
+        missing = [name for name, base in (("forward", torch.nn.Module.forward),
+                                           ("sample", ZeroOrderGradientModule.sample))
+                   if getattr(cls, name) is base]
+        if missing:
+            raise TypeError(f"Can't instantiate abstract class {cls.__name__} with "
+                            f"abstract methods {', '.join(missing)}")
+        return super().__new__(cls)
+
     def __init_subclass__(cls, method=None, num_samples=None, sigma=None, **kwargs):
         super().__init_subclass__(**kwargs)
         base_method, base_n, base_sigma = cls._zero_order
@@ -259,7 +268,7 @@ def _module_call(module, user_forward, args, kwargs):
     method, num_samples, sigma = type(module)._zero_order
     params = [p for p in module.parameters() if p.requires_grad]
     if not params:
-        raise ValueError(f"{type(module).__name__}: no trainable parameters")
+        raise RuntimeError(f"{type(module).__name__}: The module has no parameters.")
 
     def evaluate_one(deltas):
         # Perturbs the parameters in place for one call, then restores them.
