@@ -227,8 +227,10 @@ _OP = re.compile(r"= ((?:aten|prim|metafuse)::\w+)")
 
 
 def _fusion_groups(ir_text):
-    """kernel name -> (ops inside, reuse list) from a *_fused stage's IR."""
-    by_group, names, reuse = {}, {}, {}
+    """[(ops inside, reuse list)] of the fusion groups of a *_fused stage's
+    IR, in graph order: the order of the fused-kernel instructions of the
+    program lowered from it (one instruction per top-level node)."""
+    order, reuse, by_group = [], {}, {}
     current = None
     for line in ir_text.splitlines():
         header = _GROUP_BODY.match(line)
@@ -239,19 +241,15 @@ def _fusion_groups(ir_text):
         if current is None:
             match = _GROUP_LINE.search(line)
             if match:
-                attrs = match.group(2)
-                name = re.search(r'name="([^"]+)"', attrs)
-                used = re.search(r"reuse=\[([^\]]*)\]", attrs)
-                if name:
-                    names[match.group(1)] = name.group(1)
-                    reuse[name.group(1)] = ([int(v) for v in used.group(1).split(",")
-                                             if v.strip()] if used else [])
+                used = re.search(r"reuse=\[([^\]]*)\]", match.group(2))
+                order.append(match.group(1))
+                reuse[match.group(1)] = ([int(v) for v in used.group(1).split(",")
+                                          if v.strip()] if used else [])
             continue
         op = _OP.search(line)
         if op and not op.group(1).startswith("prim::"):
             by_group[current].append(op.group(1))
-    return {names[g]: (ops, reuse.get(names[g], [])) for g, ops in by_group.items()
-            if g in names}
+    return [(by_group.get(g, []), reuse[g]) for g in order]
 
 
 def _instructions(listing):
@@ -304,7 +302,7 @@ def make_program_dot(compiled, profile=None, program=0):
                            node_attr=dict(shape="box", style="filled", fontsize="10",
                                           fontname="monospace"))
     for phase, listing in zip(("forward", "backward"), listings):
-        groups = _fusion_groups(stages.get(f"{phase}_fused", "")) if fused else {}
+        groups = iter(_fusion_groups(stages.get(f"{phase}_fused", "")) if fused else [])
         instructions = _instructions(listing)
         produced = {}
         with dot.subgraph(name=f"cluster_{phase}") as phase_graph:
@@ -316,7 +314,7 @@ def make_program_dot(compiled, profile=None, program=0):
                 if index in times[phase]:
                     text += f"\n{times[phase][index]:.1f} us"
                 if op.startswith("fused_"):
-                    ops, reuse = groups.get(label, ([], []))
+                    ops, reuse = next(groups, ([], []))
                     with phase_graph.subgraph(name=f"cluster_{key}") as cluster:
                         cluster.attr(label=f"fusion group {label}", style="filled",
                                      color="gold", fillcolor="lightyellow")
