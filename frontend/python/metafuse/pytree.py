@@ -6,11 +6,10 @@ calling conventions (``tree_map(func, tree, *rests, is_leaf=None,
 none_is_leaf=False, namespace='')``, ...); ``PyTreeSpec`` is
 :class:`metafuse.tree.TreeSpec`. The arithmetic (``tree_add``,
 ``tree_sub_scalar_mul``, ``tree_vdot_real``, ...) uses metafuse.tree's C++
-kernels where they exist. Not provided (rarely used outside optree itself):
-the broadcasting helpers ``tree_broadcast_common``, ``broadcast_common``,
-``tree_broadcast_map*`` and ``prefix_errors``, ``tree_transpose``, ``tree_flatten_one_level``,
-``Partial``, the legacy key-path classes, and ``tree_as_rref`` /
-``tree_to_here`` (the distributed API).
+kernels where they exist. optree's structural helpers (one-level
+flattening, transposition, common-structure broadcasting, prefix errors,
+``Partial``, the legacy key paths) live in ``metafuse._pytree_structure``.
+Not provided: ``tree_as_rref`` / ``tree_to_here`` (the distributed API).
 """
 
 import functools as _functools
@@ -433,6 +432,12 @@ def tree_vdot_real(tree_x, tree_y):
     return total
 
 
+from metafuse._pytree_structure import (  # noqa: E402  (optree's structural helpers)
+    AttributeKeyPathEntry, GetitemKeyPathEntry, Partial, broadcast_common,
+    prefix_errors, register_keypaths, tree_broadcast_common, tree_broadcast_map,
+    tree_broadcast_map_with_path, tree_flatten_one_level, tree_transpose)
+
+
 def tree_wait(future_tree):
     """Waits for every torch.futures.Future leaf; the tree of their values."""
     leaves, spec = _tree.flatten(future_tree)
@@ -458,4 +463,8 @@ __all__ = [
     "tree_add_scalar_mul", "tree_sub", "tree_sub_scalar_mul", "tree_mul",
     "tree_matmul", "tree_scalar_mul", "tree_truediv", "tree_vdot_real",
     "tree_wait",
+    "tree_flatten_one_level", "tree_transpose", "tree_broadcast_common",
+    "broadcast_common", "tree_broadcast_map", "tree_broadcast_map_with_path",
+    "prefix_errors", "Partial", "register_keypaths", "AttributeKeyPathEntry",
+    "GetitemKeyPathEntry",
 ]

@@ -24,20 +24,7 @@ with open(os.path.join(HERE, "torchopt_0_7_3_names.json")) as f:
 with open(os.path.join(HERE, "torchopt_0_7_3_signatures.json")) as f:
     SIGNATURES = json.load(f)
 
-_OPTREE_INTERNALS = "optree's broadcasting / prefix helpers, rarely used outside optree"
-NOT_PROVIDED = {
-    "torchopt.pytree.tree_transpose": _OPTREE_INTERNALS,
-    "torchopt.pytree.tree_broadcast_common": _OPTREE_INTERNALS,
-    "torchopt.pytree.broadcast_common": _OPTREE_INTERNALS,
-    "torchopt.pytree.tree_broadcast_map": _OPTREE_INTERNALS,
-    "torchopt.pytree.tree_broadcast_map_with_path": _OPTREE_INTERNALS,
-    "torchopt.pytree.prefix_errors": _OPTREE_INTERNALS,
-    "torchopt.pytree.tree_flatten_one_level": _OPTREE_INTERNALS,
-    "torchopt.pytree.Partial": _OPTREE_INTERNALS,
-    "torchopt.pytree.register_keypaths": "optree's legacy key paths",
-    "torchopt.pytree.AttributeKeyPathEntry": "optree's legacy key paths",
-    "torchopt.pytree.GetitemKeyPathEntry": "optree's legacy key paths",
-}
+NOT_PROVIDED = {}
 
 # Deliberate signature differences (documented in docs/migration.md).
 SIGNATURE_DIFFERENCES = {
