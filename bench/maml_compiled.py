@@ -116,7 +116,7 @@ class Variant:
 def child_compile_latency():
     """First task of a fresh process: adapt (trace, passes, forward kernels)
     plus the query loss's backward (backward specialization and kernels)."""
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     net = make_net()
     xs, ys, xq, yq = sample_tasks(torch.Generator().manual_seed(1))
     params = dict(net.named_parameters())
@@ -150,7 +150,7 @@ def child_memory(variant, iterations):
     ops, autograd, compiled instructions, fused-kernel outputs)."""
     from metafuse._C import _compiler as core
     core.install_memory_meter()
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     v = Variant(variant)
     generator = torch.Generator().manual_seed(1)
     for _ in range(iterations - 1):
@@ -164,6 +164,11 @@ def child_memory(variant, iterations):
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+# Intra-op threads of every variant; children inherit it through the
+# environment (main sets it from --threads).
+THREADS = int(os.environ.get("MAML_BENCH_THREADS", "1"))
+
+
 def run_child(args, env=None):
     out = subprocess.run([sys.executable, __file__] + args, capture_output=True, text=True,
                          check=True, env=env)
@@ -173,10 +178,16 @@ def run_child(args, env=None):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads of every variant (default 1)")
     parser.add_argument("--json", help="also write the measurements to this file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child is None:
+        global THREADS
+        THREADS = args.threads
+        os.environ["MAML_BENCH_THREADS"] = str(args.threads)
     if args.child == "compile":
         print(json.dumps(child_compile_latency()))
         return
@@ -184,7 +195,7 @@ def main():
         print(json.dumps(child_memory(args.variant, 5)))
         return
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     variants = [Variant(name) for name in VARIANTS]
     generator = torch.Generator().manual_seed(1)
     warm = sample_tasks(generator)
@@ -206,7 +217,7 @@ def main():
         assert agree < 1e-5, (v.name, v.losses[0], reference)
 
     print(f"MAML sinusoid meta-step, MLP 1-{HIDDEN}-{HIDDEN}-1, {INNER_STEPS} inner SGD "
-          f"steps, meta-batch {META_BATCH}, {args.iterations} meta-steps, 1 thread")
+          f"steps, meta-batch {META_BATCH}, {args.iterations} meta-steps, {THREADS} thread(s)")
     every = max(1, args.iterations // 10)
     print("meta-training loss (the four variants train the same model on the same tasks):")
     print("  step " + "".join(f"{v.name:>22}" for v in variants))
