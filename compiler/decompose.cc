@@ -42,6 +42,14 @@ int64_t TensorRank(Value* v) {
 
 bool IsNone(Value* v) { return v->type()->kind() == c10::TypeKind::NoneType; }
 
+// Both tensors have a known, equal size of dim 0 (bmm does not broadcast).
+bool SameLeadingSize(Value* a, Value* b) {
+  auto ta = a->type()->cast<c10::TensorType>(), tb = b->type()->cast<c10::TensorType>();
+  if (!ta || !tb) return false;
+  auto sa = ta->sizes().concrete_sizes(), sb = tb->sizes().concrete_sizes();
+  return sa && sb && !sa->empty() && !sb->empty() && sa->front() == sb->front();
+}
+
 // conv2d / conv_transpose2d from the generic convolution signature
 // (input, weight, bias, stride, padding, dilation, transposed,
 // output_padding, groups, ...): 2-D, batched (NCHW) only.
@@ -481,10 +489,14 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        }},
       {"aten::matmul",
        [](Graph& g, Node* n) -> Value* {
-         if (TensorRank(n->input(0)) != 2 || TensorRank(n->input(1)) != 2) {
-           return Reject("2-D operands expected");
+         const int64_t a = TensorRank(n->input(0)), b = TensorRank(n->input(1));
+         if (a == 2 && b == 2) return InsertOp(g, "aten::mm", {n->input(0), n->input(1)});
+         if (a == 3 && b == 3 && SameLeadingSize(n->input(0), n->input(1))) {
+           return InsertOp(g, "aten::bmm", {n->input(0), n->input(1)});
          }
-         return InsertOp(g, "aten::mm", {n->input(0), n->input(1)});
+         return Reject(
+             "2-D operands, or 3-D operands with the same static leading size, "
+             "expected");
        }},
       {"aten::addmm",
        [](Graph& g, Node* n) -> Value* {

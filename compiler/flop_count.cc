@@ -44,6 +44,11 @@ double NodeFlops(const torch::jit::Node* n, const Sizes& sizes) {
     if (a == sizes.end() || b == sizes.end()) return 0.0;
     return 2.0 * a->second.at(0) * a->second.at(1) * b->second.at(1);
   }
+  if (name == "aten::bmm") {
+    auto a = sizes.find(n->input(0)), b = sizes.find(n->input(1));
+    if (a == sizes.end() || b == sizes.end()) return 0.0;
+    return 2.0 * a->second.at(0) * a->second.at(1) * a->second.at(2) * b->second.at(2);
+  }
   if (kReductions.count(name)) return static_cast<double>(Numel(sizes, n->input(0)));
   if (name == "metafuse::adam") {
     auto hyper = [&](const char* h) {

@@ -67,6 +67,7 @@ const std::vector<PrimitiveOp>& PrimitiveOps() {
       {"prim::NumToTensor", F::kScalar, false, X::kNone},
       // linear algebra, convolution, pooling, indexing
       {"aten::mm", F::kLinalg, true, X::kNone},
+      {"aten::bmm", F::kLinalg, true, X::kNone},
       {"aten::conv2d", F::kConvPool, true, X::kNone},
       {"aten::conv_transpose2d", F::kConvPool, true, X::kNone},
       {"aten::max_pool2d_with_indices", F::kConvPool, true, X::kNone},

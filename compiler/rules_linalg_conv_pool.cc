@@ -10,6 +10,16 @@ void AddLinalgConvPoolRules(RuleTable& t) {
          return {e.op("aten::mm", {g, e.op("aten::t", {n->input(1)})}),
                  e.op("aten::mm", {e.op("aten::t", {n->input(0)}), g})};
        });
+  // [tasks, n, k] x [tasks, k, m]: the per-task products of metafuse.vmap.
+  t.emplace("aten::bmm",
+       [](Emit& e, Node* n, const Grads& go) -> Grads {
+         Value* g = go[0];
+         auto swap = [&](Value* v) {
+           return e.op("aten::transpose", {v, e.ci(1), e.ci(2)});
+         };
+         return {e.op("aten::bmm", {g, swap(n->input(1))}),
+                 e.op("aten::bmm", {swap(n->input(0)), g})};
+       });
   // (x, w, b, stride, padding, dilation, groups)
   t.emplace("aten::conv2d",
        [](Emit& e, Node* n, const Grads& go) -> Grads {

@@ -29,6 +29,7 @@ from metafuse import (accelerated_op, base, clip, combine, linalg, version,
 from metafuse import aot
 from metafuse.compiler import (CompilationFallbackWarning, compile,
                                compile_inner_loop, grad, profile)
+from metafuse.batching import vmap
 from metafuse.accelerated_op import is_available as accelerated_op_available
 from metafuse.alias import (adadelta, adagrad, adam, adamax, adamw, radam,
                             rmsprop, sgd)
@@ -78,7 +79,7 @@ __all__ = [
     "alias", "aot", "diff", "hook", "schedule", "transform", "utils",
     "accelerated_op", "base", "clip", "combine", "linalg", "linear_solve",
     "nn", "optim", "pytree", "typing", "update", "visual",
-    "compile_inner_loop", "compile", "grad", "profile",
+    "compile_inner_loop", "compile", "grad", "profile", "vmap",
     "CompilationFallbackWarning", "GradientTransformation",
     "ChainedGradientTransformation", "EmptyState", "UninitializedState",
     "identity", "ModuleState", "functional_call", "version",

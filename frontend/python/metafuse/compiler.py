@@ -30,6 +30,7 @@ same metafuse optimizer instead, after one CompilationFallbackWarning that
 says why: never a wrong result.
 """
 
+import contextlib
 import functools
 import numbers
 import os
@@ -39,6 +40,7 @@ import warnings
 import torch
 
 from metafuse import _C
+from metafuse import _batched_tensors
 from metafuse import tree as _tree
 from metafuse.alias import _is_rate_tree
 from metafuse.base import GradientTransformation, apply_updates
@@ -135,13 +137,14 @@ class _Rebind:
         return False
 
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
+_TORCH_DIRS = tuple(os.path.dirname(m.__file__) + os.sep
+                    for m in (torch, __import__("functorch")))
 
 
 def _inside_torch(filename):
     """Tracer warnings raised inside torch itself come from shape checks
     (e.g. mse_loss comparing sizes), which the shape guard makes exact."""
-    return os.path.abspath(filename).startswith(_TORCH_DIR + os.sep)
+    return os.path.abspath(filename).startswith(_TORCH_DIRS)
 
 
 def _leaves_like(spec, tree, what="lr"):
@@ -299,6 +302,12 @@ class CompiledInnerLoop(_CompiledBase):
         self._fast = None  # the last guard's _FastPath
 
     def __call__(self, params, *batch):
+        if torch._C._get_tracing_state() is not None or (
+                torch._C._functorch.are_transforms_active() and
+                any(_batched_tensors.is_batched(t) for t in _tree.leaves((params, batch)))):
+            # Inside a function being compiled (metafuse.compile, metafuse.vmap):
+            # the loop becomes part of that program, its gradients symbolic.
+            return self._unroll(params, batch, _symbolic_gradients)
         # Flatten caching: under the last guard, the inputs are checked
         # against its cached specs while their leaves are read; no spec is
         # built, nothing else is traversed.
@@ -385,17 +394,33 @@ class CompiledInnerLoop(_CompiledBase):
             return entry, None
         return fast.program, fast.inputs(self, params, batch)
 
+    def batched(self, params, *batch):
+        """The inner loop of a whole meta-batch as one task-batched program:
+        ``metafuse.vmap(adapt, in_dims=(None, 0, ...))``, every ``batch``
+        tensor with a leading task dimension, ``params`` shared by the tasks.
+
+        Returns:
+            The adapted params of every task: each leaf with a leading task
+            dimension (and the losses, [tasks, steps], with return_losses)."""
+        from metafuse.batching import vmap  # batching builds on this module
+        key = len(batch)
+        if getattr(self, "_batched", None) is None or self._batched[0] != key:
+            self._batched = (key, vmap(self, in_dims=(None,) + (0,) * key))
+        return self._batched[1](params, *batch)
+
     def _eager(self, params, batch):
         """The reference semantics: metafuse's own optimizer, out of place."""
+        return self._unroll(params, batch, _autograd_gradients)
+
+    def _unroll(self, params, batch, gradients):
+        """The K steps with metafuse's own optimizer, out of place, taking
+        gradients with ``gradients(loss, leaves)``."""
         state = self.optimizer.init(params)
         losses = []
         for _ in range(self.steps):
             loss = self.loss_fn(params, *batch)
             leaves, spec = _tree.flatten(params)
-            grads = torch.autograd.grad(loss, leaves, create_graph=True,
-                                        allow_unused=True)
-            grads = [torch.zeros_like(p) if g is None else g
-                     for p, g in zip(leaves, grads)]
+            grads = gradients(loss, leaves)
             updates, state = self.optimizer.update(_tree.unflatten(spec, grads), state,
                                                    params=params, inplace=False)
             params = apply_updates(params, updates, inplace=False)
@@ -403,6 +428,17 @@ class CompiledInnerLoop(_CompiledBase):
         if self.return_losses:
             return params, torch.stack(losses)
         return params
+
+
+def _autograd_gradients(loss, leaves):
+    """Eager, differentiable; zeros where the loss does not depend on a leaf."""
+    grads = torch.autograd.grad(loss, leaves, create_graph=True, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g for p, g in zip(leaves, grads)]
+
+
+def _symbolic_gradients(loss, leaves):
+    """metafuse.grad: a symbolic gradient inside a compiled function."""
+    return grad(loss, leaves)
 
 
 def compile_inner_loop(loss_fn, optimizer, steps, *, return_losses=False):
@@ -447,6 +483,9 @@ def grad(output, inputs):
     if not isinstance(output, torch.Tensor):
         raise TypeError(f"metafuse.grad: `output` must be a tensor, got "
                         f"{type(output).__name__}")
+    if _batched_tensors.is_batched(output):  # inside metafuse.vmap / functorch.vmap
+        return _tree.unflatten(spec, _batched_tensors.physical_grad(
+            output, leaves, torch.ops.metafuse.grad))
     return _tree.unflatten(spec, list(torch.ops.metafuse.grad(output, leaves)))
 
 
@@ -455,11 +494,15 @@ class CompiledFunction(_CompiledBase):
 
     _api = "metafuse.compile"
 
-    def __init__(self, fn, argnums):
+    def __init__(self, fn, argnums, *, closure_owner=None, tracing_context=None):
         super().__init__()
         self.fn = fn
         self.argnums = argnums
-        functools.update_wrapper(self, fn)
+        # Whose closed-over tensors become inputs (metafuse.vmap compiles a
+        # wrapper around the user's function), and what the trace runs under.
+        self._closure_owner = fn if closure_owner is None else closure_owner
+        self._tracing_context = tracing_context or contextlib.nullcontext
+        functools.update_wrapper(self, self._closure_owner, updated=())
 
     def __call__(self, *args):
         flat, specs, keys, extras, guard = self._flatten(args)
@@ -474,7 +517,7 @@ class CompiledFunction(_CompiledBase):
 
     def _flatten(self, args):
         """(leaves, [(spec, count)], closed-over keys and tensors, guard)."""
-        if max(self.argnums) >= len(args):
+        if self.argnums and max(self.argnums) >= len(args):
             raise ValueError(f"metafuse.compile: argnums {self.argnums} out of range "
                              f"for {len(args)} argument(s)")
         flat, specs = [], []
@@ -485,7 +528,7 @@ class CompiledFunction(_CompiledBase):
                                 "tensors")
             specs.append((spec, len(leaves)))
             flat.extend(leaves)
-        closed = _closed_over_tensors(self.fn)
+        closed = _closed_over_tensors(self._closure_owner)
         keys = [k for k, _ in closed]
         extras = [t for _, t in closed]
         guard = (tuple(s for s, _ in specs), tuple(keys), _describe(flat),
@@ -505,7 +548,7 @@ class CompiledFunction(_CompiledBase):
             for spec, n in specs:
                 call.append(_tree.unflatten(spec, list(leaves[k:k + n])))
                 k += n
-            with _Rebind(self.fn, keys, leaves[k:]):
+            with _Rebind(self._closure_owner, keys, leaves[k:]):
                 result = self.fn(*call)
             out_leaves, spec = _tree.flatten(result)
             if not out_leaves or not all(isinstance(t, torch.Tensor) for t in out_leaves):
@@ -525,7 +568,8 @@ class CompiledFunction(_CompiledBase):
         examples = tuple(t.detach().requires_grad_(i in differentiable and
                                                     t.is_floating_point())
                          for i, t in enumerate(flat + extras))
-        traced, error, caught = _trace(flat_fn, examples)
+        with self._tracing_context():
+            traced, error, caught = _trace(flat_fn, examples)
         if error is not None:
             return self._fallback(f"the function could not be traced ({error})")
         inexact = self._inexact_trace(caught, rewarn=False)
@@ -538,7 +582,7 @@ class CompiledFunction(_CompiledBase):
         return program, out_spec[0]
 
     def _subject(self):
-        return self.fn.__name__
+        return getattr(self._closure_owner, "__name__", "the function")
 
 
 

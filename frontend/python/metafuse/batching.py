@@ -1,0 +1,233 @@
+"""metafuse.vmap: a function over one task, compiled for a whole meta-batch.
+
+    task_loss = lambda params, xs, ys, xq, yq: loss_fn(adapt(params, xs, ys), xq, yq)
+    losses = metafuse.vmap(task_loss, in_dims=(None, 0, 0, 0, 0))(params, XS, YS, XQ, YQ)
+    losses.mean().backward()          # the meta-gradient, through one compiled program
+
+The signature is torch.func.vmap's. The function is traced once per guard
+under functorch's vmap, whose batching rules turn per-task operators into
+operators on tensors with a task dimension (matrix products into batched
+ones, convolutions into grouped ones, BatchNorm per task), and the trace is
+compiled by metafuse.compile into one program: fused kernels span all tasks,
+the inner loop's updates are one launch for every task and parameter, and the
+meta-backward is symbolic.
+
+Arguments that require grad and are shared by the tasks (``in_dims`` None,
+typically the meta-parameters) are expanded to every task inside the
+program, so each task adapts its own copy and the meta-gradient sums over
+tasks. ``metafuse.grad`` inside the function is per task; an adapt function
+from compile_inner_loop called inside becomes part of the program.
+
+Fallbacks, each after one CompilationFallbackWarning naming the reason, never
+a wrong result: what metafuse.compile cannot compile runs functorch.vmap
+eagerly; what functorch cannot batch runs as a loop over the tasks.
+"""
+
+import numbers
+import warnings
+
+import functorch
+import torch
+
+from metafuse import _batched_tensors
+from metafuse import tree as _tree
+from metafuse.compiler import CompilationFallbackWarning, CompiledFunction
+
+__all__ = ["vmap", "BatchedFunction"]
+
+_RANDOMNESS = ("error", "different", "same")
+
+
+def _check_dim(dim, what):
+    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, numbers.Integral)):
+        raise TypeError(f"metafuse.vmap: `{what}` must be an int or None for each "
+                        f"argument, got {dim!r}")
+
+
+class BatchedFunction:
+    """The callable metafuse.vmap returns (see the module docstring)."""
+
+    def __init__(self, fn, in_dims, out_dims, randomness, chunk_size):
+        if not callable(fn):
+            raise TypeError(f"metafuse.vmap: `fn` must be callable, got {type(fn).__name__}")
+        if randomness not in _RANDOMNESS:
+            raise ValueError(f"metafuse.vmap: `randomness` must be one of {_RANDOMNESS}, "
+                             f"got {randomness!r}")
+        if chunk_size is not None and (isinstance(chunk_size, bool) or
+                                       not isinstance(chunk_size, numbers.Integral) or
+                                       chunk_size < 1):
+            raise ValueError(f"metafuse.vmap: `chunk_size` must be None or an integer "
+                             f">= 1, got {chunk_size!r}")
+        for dim in (in_dims if isinstance(in_dims, tuple) else (in_dims,)):
+            _check_dim(dim, "in_dims")
+        for dim in (out_dims if isinstance(out_dims, tuple) else (out_dims,)):
+            _check_dim(dim, "out_dims")
+        self.fn, self.in_dims, self.out_dims = fn, in_dims, out_dims
+        self.randomness, self.chunk_size = randomness, chunk_size
+        # The user's closed-over tensors become program inputs; for an adapt
+        # function, those of its loss.
+        self._closure_owner = getattr(fn, "loss_fn", fn)
+        self._programs = {}  # (in_dims, args that require grad) -> CompiledFunction
+        self._loop_reason = None  # why functorch could not batch fn, once known
+
+    @property
+    def compile_count(self):
+        """How many guards were compiled (each a new trace and compile)."""
+        return sum(f.compile_count for f in self._programs.values())
+
+    def _dims_per_argument(self, args):
+        if isinstance(self.in_dims, tuple):
+            if len(self.in_dims) != len(args):
+                raise ValueError(f"metafuse.vmap: `in_dims` has {len(self.in_dims)} "
+                                 f"entries for {len(args)} argument(s)")
+            return self.in_dims
+        return (self.in_dims,) * len(args)
+
+    def _batch_size(self, args, dims):
+        sizes = set()
+        for i, (arg, dim) in enumerate(zip(args, dims)):
+            if dim is None:
+                continue
+            for leaf in _tree.leaves(arg):
+                if not isinstance(leaf, torch.Tensor):
+                    raise TypeError(f"metafuse.vmap: argument {i} is mapped (in_dims "
+                                    f"{dim}) but holds a {type(leaf).__name__}")
+                if not -leaf.dim() <= dim < leaf.dim():
+                    raise ValueError(f"metafuse.vmap: argument {i} has a tensor of "
+                                     f"shape {tuple(leaf.shape)}, no dimension {dim} "
+                                     "to map over")
+                sizes.add(leaf.shape[dim])
+        if not sizes:
+            raise ValueError("metafuse.vmap: no argument is mapped (every in_dims is "
+                             "None or the mapped arguments hold no tensors)")
+        if len(sizes) > 1:
+            raise ValueError(f"metafuse.vmap: mapped dimensions have different sizes "
+                             f"{sorted(sizes)}; expected one task count")
+        return sizes.pop()
+
+    def __call__(self, *args):
+        dims = self._dims_per_argument(args)
+        size = self._batch_size(args, dims)
+        if self.chunk_size is not None and self.chunk_size < size:
+            return self._in_chunks(args, dims, size)
+        shared_grad = tuple(
+            i for i, (arg, dim) in enumerate(zip(args, dims))
+            if dim is None and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                   for t in _tree.leaves(arg)))
+        key = (dims, shared_grad, tuple(
+            i for i, arg in enumerate(args)
+            if any(isinstance(t, torch.Tensor) and t.requires_grad
+                   for t in _tree.leaves(arg))))
+        program = self._programs.get(key)
+        if program is None:
+            program = self._make_program(dims, shared_grad, argnums=key[2])
+            self._programs[key] = program
+        return program(*args)
+
+    def _make_program(self, dims, shared_grad, argnums):
+        inner_dims = tuple(0 if i in shared_grad else d for i, d in enumerate(dims))
+
+        def batched(*args):
+            with _batched_tensors.no_tracing():  # the task count is fixed by the guard
+                size = self._batch_size(args, dims)
+            expanded = [_tree.map(lambda t: t.expand(size, *t.shape), arg)
+                        if i in shared_grad else arg for i, arg in enumerate(args)]
+            try:
+                return functorch.vmap(self.fn, in_dims=inner_dims, out_dims=self.out_dims,
+                                      randomness=self.randomness)(*expanded)
+            except (RuntimeError, ValueError, TypeError) as exc:
+                if torch._C._get_tracing_state() is not None:
+                    raise  # compile falls back to this function, run eagerly
+                return self._loop(args, dims, exc)
+
+        return CompiledFunction(batched, argnums, closure_owner=self._closure_owner,
+                                tracing_context=_batched_tensors.untraced_sizes)
+
+    def _loop(self, args, dims, exc):
+        """What functorch cannot batch runs task after task (stacked)."""
+        if self._loop_reason is None:
+            self._loop_reason = str(exc).strip().splitlines()[0]
+            warnings.warn(f"metafuse.vmap: functorch cannot batch {self._subject()} "
+                          f"({self._loop_reason}); running it as a loop over the tasks",
+                          CompilationFallbackWarning, stacklevel=4)
+        size = self._batch_size(args, dims)
+        results = []
+        for t in range(size):
+            task_args = [arg if d is None else _tree.map(lambda x, d=d: x.select(d, t), arg)
+                         for arg, d in zip(args, dims)]
+            results.append(self.fn(*task_args))
+        return self._stack(results)
+
+    def _stack(self, results):
+        leaves = [_tree.flatten(r)[0] for r in results]
+        spec = _tree.flatten(results[0])[1]
+        out_dims = (self.out_dims if isinstance(self.out_dims, tuple)
+                    else (self.out_dims,) * len(leaves[0]))
+        return _tree.unflatten(spec, [torch.stack([task[j] for task in leaves], dim=d)
+                                      for j, d in enumerate(out_dims)])
+
+    def _in_chunks(self, args, dims, size):
+        """chunk_size tasks per call, outputs concatenated in task order."""
+        pieces = []
+        for start in range(0, size, self.chunk_size):
+            stop = min(size, start + self.chunk_size)
+            chunk = [arg if d is None else
+                     _tree.map(lambda x, d=d: x.narrow(d, start, stop - start), arg)
+                     for arg, d in zip(args, dims)]
+            pieces.append(_tree.flatten(BatchedFunction.__call__(
+                self._without_chunks(), *chunk)))
+        spec = pieces[0][1]
+        count = len(pieces[0][0])
+        out_dims = (self.out_dims if isinstance(self.out_dims, tuple)
+                    else (self.out_dims,) * count)
+        return _tree.unflatten(spec, [torch.cat([p[0][j] for p in pieces], dim=out_dims[j])
+                                      for j in range(count)])
+
+    def _without_chunks(self):
+        view = object.__new__(BatchedFunction)
+        view.__dict__.update(self.__dict__)
+        view.chunk_size = None
+        return view
+
+    def _subject(self):
+        return getattr(self._closure_owner, "__name__", "the function")
+
+    def stages(self):
+        """[(stage, IR text)] of every compiled guard (metafuse.compile's)."""
+        return [stage for f in self._programs.values() for stage in f.stages()]
+
+    def program(self, *args):
+        """The compiled program a call with ``args`` runs, as a value."""
+        dims = self._dims_per_argument(args)
+        self(*args)
+        for key, program in self._programs.items():
+            if key[0] == dims:
+                return program.program(*args)
+        raise RuntimeError("metafuse.vmap: no compiled program for these arguments")
+
+
+def vmap(fn, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
+    """torch.func.vmap for meta-learning: ``fn`` over one task becomes one
+    compiled program over the whole meta-batch (see the module docstring).
+
+    Args:
+        fn: a function of pytrees of tensors that metafuse.compile can compile
+            (it may call ``metafuse.grad``, ``metafuse.functional_call`` and an
+            adapt function from ``compile_inner_loop``).
+        in_dims: the task dimension of each argument (an int, or None for an
+            argument shared by all tasks), one for all arguments or a tuple
+            with one entry per argument.
+        out_dims: the task dimension of the outputs (an int or a tuple, one per
+            output leaf).
+        randomness: as functorch.vmap ('error', 'different', 'same').
+        chunk_size: at most this many tasks per program call (None: all).
+
+    Returns:
+        A BatchedFunction with ``fn``'s arguments, each mapped argument with
+        its task dimension; differentiable with respect to every argument
+        that requires grad.
+
+    Raises:
+        TypeError, ValueError: bad ``in_dims``, ``out_dims``, ``randomness``,
+            ``chunk_size``, or arguments whose task dimensions disagree."""
+    return BatchedFunction(fn, in_dims, out_dims, randomness, chunk_size)
