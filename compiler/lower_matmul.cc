@@ -12,27 +12,32 @@ namespace aten = torch::jit::aten;
 
 namespace {
 
-// A float32/float64 CPU matrix: the GEMM operation reads a row-major or
-// column-major one in place and copies any other layout.
-bool RowMajorMatrix(const Value* v) {
+// A float32/float64 CPU matrix of `rank` 2, or a stack of them (rank 3, one
+// per task, from aten::bmm): the GEMM operation reads row-major or
+// column-major matrices in place and copies any other layout.
+bool RowMajorMatrix(const Value* v, int64_t rank = 2) {
   auto t = CompleteTensorType(v);
-  if (!t || t->dim() != 2 || t->device() != at::kCPU) return false;
+  if (!t || static_cast<int64_t>(t->dim().value_or(0)) != rank || t->device() != at::kCPU)
+    return false;
   const auto type = *t->scalarType();
   return type == at::kFloat || type == at::kDouble;
 }
 
-// The row-major matrix `v` is the transpose of, or nullptr.
-Value* TransposedFrom(Value* v) {
+// Whether `n` swaps the last two dims of a tensor of `rank` 2 or 3.
+bool SwapsLastTwo(const Node* n, int64_t rank) {
+  if (n->kind() == aten::t) return rank == 2;
+  if (n->kind() != aten::transpose) return false;
+  auto d0 = torch::jit::constant_as<int64_t>(n->input(1));
+  auto d1 = torch::jit::constant_as<int64_t>(n->input(2));
+  if (!d0 || !d1) return false;
+  const int64_t a = *d0 < 0 ? *d0 + rank : *d0, b = *d1 < 0 ? *d1 + rank : *d1;
+  return std::min(a, b) == rank - 2 && std::max(a, b) == rank - 1;
+}
+
+// The row-major matrix (stack) `v` is the transpose of, or nullptr.
+Value* TransposedFrom(Value* v, int64_t rank = 2) {
   Node* n = v->node();
-  if (n->kind() == aten::t && RowMajorMatrix(n->input(0))) return n->input(0);
-  if (n->kind() == aten::transpose && RowMajorMatrix(n->input(0))) {
-    auto d0 = torch::jit::constant_as<int64_t>(n->input(1));
-    auto d1 = torch::jit::constant_as<int64_t>(n->input(2));
-    if (d0 && d1 && ((*d0 == 0 && *d1 == 1) || (*d0 == 1 && *d1 == 0) ||
-                     (*d0 == -2 && *d1 == -1) || (*d0 == -1 && *d1 == -2))) {
-      return n->input(0);
-    }
-  }
+  if (SwapsLastTwo(n, rank) && RowMajorMatrix(n->input(0), rank)) return n->input(0);
   return nullptr;
 }
 
@@ -67,7 +72,8 @@ void RemoveDeadNodes(torch::jit::Graph& graph) {
   for (auto it = graph.nodes().rbegin(); it != graph.nodes().rend();) {
     Node* n = *it;
     ++it;
-    if ((n->kind() == aten::mm || n->kind() == aten::t || n->kind() == aten::transpose ||
+    if ((n->kind() == aten::mm || n->kind() == aten::bmm || n->kind() == aten::t ||
+         n->kind() == aten::transpose ||
          n->kind() == aten::add || n->kind() == GemmKind()) &&
         !n->output()->hasUses()) {
       n->destroy();
@@ -82,15 +88,18 @@ int64_t FoldTransposedProducts(torch::jit::Graph& graph) {
   int64_t folded = 0;
   for (auto it = graph.nodes().begin(); it != graph.nodes().end(); ++it) {
     Node* t = *it;
+    auto in_type = t->inputs().empty() ? nullptr
+                                       : t->input(0)->type()->cast<c10::TensorType>();
+    const int64_t rank = in_type && in_type->dim() ? static_cast<int64_t>(*in_type->dim()) : -1;
+    if (!SwapsLastTwo(t, rank)) continue;
     // t(t(x)) is x (rematerialized transposes meet transposed gradients).
-    if (t->kind() == aten::t && t->input(0)->node()->kind() == aten::t &&
-        t->input(0)->node()->input(0)->type()->cast<c10::TensorType>() &&
-        t->input(0)->node()->input(0)->type()->expect<c10::TensorType>()->dim() == 2) {
-      t->output()->replaceAllUsesWith(t->input(0)->node()->input(0));
+    Node* inner = t->input(0)->node();
+    if (SwapsLastTwo(inner, rank) && inner->input(0)->type()->cast<c10::TensorType>()) {
+      t->output()->replaceAllUsesWith(inner->input(0));
       ++folded;
       continue;
     }
-    if (t->kind() != aten::t || t->input(0)->node()->kind() != GemmKind() ||
+    if (t->input(0)->node()->kind() != GemmKind() ||
         t->input(0)->uses().size() != 1 || !CompleteTensorType(t->output())) {
       continue;
     }
@@ -108,15 +117,18 @@ int64_t LowerProducts(torch::jit::Graph& graph) {
   int64_t lowered = 0;
   for (auto it = graph.nodes().begin(); it != graph.nodes().end(); ++it) {
     Node* mm = *it;
-    if (mm->kind() != aten::mm || !CompleteTensorType(mm->output())) continue;
+    if ((mm->kind() != aten::mm && mm->kind() != aten::bmm) ||
+        !CompleteTensorType(mm->output()))
+      continue;
+    const int64_t rank = mm->kind() == aten::bmm ? 3 : 2;
     Value* operands[2] = {mm->input(0), mm->input(1)};
     bool transposed[2] = {false, false};
     bool ok = true;
     for (int k = 0; k < 2; ++k) {
-      if (Value* base = TransposedFrom(operands[k])) {
+      if (Value* base = TransposedFrom(operands[k], rank)) {
         operands[k] = base;
         transposed[k] = true;
-      } else if (!RowMajorMatrix(operands[k])) {
+      } else if (!RowMajorMatrix(operands[k], rank)) {
         ok = false;
       }
     }

@@ -1,7 +1,8 @@
 // Pass: matrix products to direct GEMM calls.
 //
 // Runs on a shape-specialized graph. Each aten::mm of float32/float64 CPU
-// matrices becomes metafuse::gemm(a, b) with attributes trans_a / trans_b:
+// matrices, and each aten::bmm of stacks of them (one per task, from
+// metafuse.vmap), becomes metafuse::gemm(a, b) with attributes trans_a / trans_b:
 // an operand that is aten::t (or transpose(0, 1)) of a row-major matrix is
 // read through the BLAS transpose flag instead of through a transposed view,
 // so the view and the dispatcher call disappear (the transposes die unless

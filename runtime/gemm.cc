@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUFunctions.h>
+#include <ATen/Parallel.h>
 
 #include "runtime/buffer_ownership.h"
 
@@ -69,24 +70,31 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
     stack.pop_back();
     at::Tensor a = std::move(stack.back()).toTensor();
     const Blas& blas = FindBlas();
+    // 2-D matrices, or 3-D stacks of them (aten::bmm: one product per task).
+    const int64_t rank = a.dim();
     const bool direct = blas.sgemm != nullptr && a.scalar_type() == b.scalar_type() &&
                         (a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble) &&
-                        a.is_cpu() && b.is_cpu() && a.dim() == 2 && b.dim() == 2 &&
+                        a.is_cpu() && b.is_cpu() && (rank == 2 || rank == 3) &&
+                        b.dim() == rank && (rank == 2 || a.size(0) == b.size(0)) &&
                         a.numel() < (1LL << 31) && b.numel() < (1LL << 31);
     if (!direct) {
-      at::Tensor product = at::mm(ta ? a.t() : a, tb ? b.t() : b);
+      auto swap = [](const at::Tensor& x) { return x.transpose(-2, -1); };
+      at::Tensor product = rank == 3 ? at::bmm(ta ? swap(a) : a, tb ? swap(b) : b)
+                                     : at::mm(ta ? a.t() : a, tb ? b.t() : b);
       stack.back() = accumulate ? at::add(acc, product) : product;
       return;
     }
     // Logical operands op(a), op(b); the data are read row-major, so a
     // column-major matrix is its row-major transpose with the flag flipped.
-    const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1);
-    const int64_t n = tb ? b.size(0) : b.size(1);
+    const int64_t rows = rank - 2, cols = rank - 1;
+    const int64_t m = ta ? a.size(cols) : a.size(rows), k = ta ? a.size(rows) : a.size(cols);
+    const int64_t n = tb ? b.size(rows) : b.size(cols);
+    const int64_t batch = rank == 3 ? a.size(0) : 1;
     bool fa = ta, fb = tb;
-    auto row_major = [](at::Tensor& x, bool& flag) {
+    auto row_major = [rows, cols](at::Tensor& x, bool& flag) {
       if (x.is_contiguous()) return;
-      if (x.t().is_contiguous()) {
-        x = x.t();
+      if (x.transpose(rows, cols).is_contiguous()) {
+        x = x.transpose(rows, cols);
         flag = !flag;
         return;
       }
@@ -94,29 +102,44 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
     };
     row_major(a, fa);
     row_major(b, fb);
-    TORCH_CHECK((fb ? b.size(1) : b.size(0)) == k, "metafuse::gemm: inner sizes differ (", k,
-                " and ", fb ? b.size(1) : b.size(0), ")");
+    TORCH_CHECK((fb ? b.size(cols) : b.size(rows)) == k, "metafuse::gemm: inner sizes differ (",
+                k, " and ", fb ? b.size(cols) : b.size(rows), ")");
+    std::vector<int64_t> out_sizes = {m, n};
+    if (rank == 3) out_sizes.insert(out_sizes.begin(), batch);
     at::Tensor c;
     if (accumulate) {
-      TORCH_CHECK(acc.sizes() == c10::IntArrayRef({m, n}) && acc.scalar_type() == a.scalar_type(),
+      TORCH_CHECK(acc.sizes() == c10::IntArrayRef(out_sizes) &&
+                      acc.scalar_type() == a.scalar_type(),
                   "metafuse::gemm: accumulator ", acc.toString(), " ", acc.sizes(),
-                  " does not match the product [", m, ", ", n, "]");
+                  " does not match the product ", c10::IntArrayRef(out_sizes));
       // The accumulator's buffer when nothing else holds it (buffer reuse);
       // a copy otherwise.
       c = BufferIsFree(acc) ? std::move(acc) : acc.clone(at::MemoryFormat::Contiguous);
     } else {
-      c = at::empty({m, n}, a.options());
+      c = at::empty(out_sizes, a.options());
     }
     const double beta = accumulate ? 1.0 : 0.0;
     if (k == 0 || m == 0 || n == 0) {
       if (!accumulate) c.zero_();
-    } else if (a.scalar_type() == at::kFloat) {
-      RowMajorGemm<float>(blas.sgemm, fa, fb, m, n, k, a.data_ptr<float>(),
-                          b.data_ptr<float>(), static_cast<float>(beta), c.data_ptr<float>());
-    } else {
-      RowMajorGemm<double>(blas.dgemm, fa, fb, m, n, k, a.data_ptr<double>(),
-                           b.data_ptr<double>(), beta, c.data_ptr<double>());
+      stack.back() = std::move(c);
+      return;
     }
+    // One GEMM per task; tasks are split across threads (each product is
+    // small: the BLAS would run it on one thread anyway).
+    const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, m * n * k));
+    at::parallel_for(0, batch, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        if (a.scalar_type() == at::kFloat) {
+          RowMajorGemm<float>(blas.sgemm, fa, fb, m, n, k, a.data_ptr<float>() + i * m * k,
+                              b.data_ptr<float>() + i * k * n, static_cast<float>(beta),
+                              c.data_ptr<float>() + i * m * n);
+        } else {
+          RowMajorGemm<double>(blas.dgemm, fa, fb, m, n, k, a.data_ptr<double>() + i * m * k,
+                               b.data_ptr<double>() + i * k * n, beta,
+                               c.data_ptr<double>() + i * m * n);
+        }
+      }
+    });
     stack.back() = std::move(c);
   };
 }

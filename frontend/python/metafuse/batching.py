@@ -192,6 +192,10 @@ class BatchedFunction:
     def _subject(self):
         return getattr(self._closure_owner, "__name__", "the function")
 
+    def _compiled(self):
+        """The C++ compiled objects of every guard that compiled."""
+        return [c for f in self._programs.values() for c in f._compiled()]
+
     def stages(self):
         """[(stage, IR text)] of every compiled guard (metafuse.compile's)."""
         return [stage for f in self._programs.values() for stage in f.stages()]

@@ -650,7 +650,7 @@ def profile(fn, *args, backward=True, trace_path=None, quiet=False):
     neither holds compilation.
 
     Args:
-        fn: a result of compile_inner_loop or compile.
+        fn: a result of compile_inner_loop, compile or vmap.
         *args: the arguments of one call.
         backward: also time the compiled meta-backward (seeded with ones).
         trace_path: where to write the fused run's Chrome trace (optional).
@@ -658,9 +658,9 @@ def profile(fn, *args, backward=True, trace_path=None, quiet=False):
 
     Returns:
         A ProfileResult (tables, totals, trace, per-guard fusion reports)."""
-    if not isinstance(fn, (CompiledInnerLoop, CompiledFunction)):
+    if not callable(getattr(fn, "_compiled", None)):
         raise TypeError("metafuse.profile: `fn` must be a function returned by "
-                        "compile_inner_loop or compile")
+                        "compile_inner_loop, compile or vmap")
 
     def run_once():
         out = fn(*args)
