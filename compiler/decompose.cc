@@ -42,6 +42,62 @@ int64_t TensorRank(Value* v) {
 
 bool IsNone(Value* v) { return v->type()->kind() == c10::TypeKind::NoneType; }
 
+// A constant dtype argument that is already `x`'s scalar type (a no-op cast).
+bool IsInputDtype(Value* dtype, Value* x) {
+  auto d = ConstantOf(dtype);
+  auto t = x->type()->cast<c10::TensorType>();
+  return d && d->isInt() && t && t->scalarType() &&
+         static_cast<int64_t>(*t->scalarType()) == d->toInt();
+}
+
+// movedim's dims as a permutation: the moved dims at their destinations, the
+// others in their order in the free places.
+c10::optional<std::vector<int64_t>> MovedimPermutation(Node* n) {
+  const int64_t rank = TensorRank(n->input(0));
+  auto dims = [&](Value* v) -> c10::optional<std::vector<int64_t>> {
+    auto c = ConstantOf(v);
+    if (!c) return c10::nullopt;
+    std::vector<int64_t> d = c->isInt() ? std::vector<int64_t>{c->toInt()} : c->toIntVector();
+    for (int64_t& x : d) {
+      if (x < 0) x += rank;
+      if (x < 0 || x >= rank) return c10::nullopt;
+    }
+    return d;
+  };
+  auto source = dims(n->input(1)), destination = dims(n->input(2));
+  if (rank < 0 || !source || !destination || source->size() != destination->size())
+    return c10::nullopt;
+  std::vector<int64_t> order(rank, -1);
+  std::vector<bool> moved(rank, false);
+  for (size_t i = 0; i < source->size(); ++i) {
+    if (order[(*destination)[i]] != -1 || moved[(*source)[i]]) return c10::nullopt;
+    order[(*destination)[i]] = (*source)[i];
+    moved[(*source)[i]] = true;
+  }
+  int64_t next = 0;
+  for (int64_t& slot : order) {
+    if (slot != -1) continue;
+    while (moved[next]) ++next;
+    slot = next++;
+  }
+  return order;
+}
+
+// ones / zeros(size, dtype, layout, device, pin_memory) with constant
+// arguments: the tensor itself, a constant of the graph.
+Value* ConstantFilled(Graph& g, Node* n, double value) {
+  auto sizes = ConstantIntList(n->input(0));
+  auto dtype = ConstantOf(n->input(1));
+  auto device = ConstantOf(n->input(3));
+  if (!sizes || !dtype || !device || !dtype->isInt() || !device->isDevice() ||
+      !device->toDevice().is_cpu()) {
+    return Reject("constant sizes, dtype and a CPU device expected");
+  }
+  at::Tensor filled = at::full(*sizes, value,
+                               at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype->toInt())));
+  return g.insertConstant(filled);
+}
+
 // Both tensors have a known, equal size of dim 0 (bmm does not broadcast).
 bool SameLeadingSize(Value* a, Value* b) {
   auto ta = a->type()->cast<c10::TensorType>(), tb = b->type()->cast<c10::TensorType>();
@@ -322,6 +378,20 @@ const std::unordered_map<std::string, MultiRewrite>& MultiRewrites() {
            [](Graph& g, Node* n) {
              return SelectAlongDim(g, n, "aten::argmin");
            }},
+          // (x, weight, bias, running_mean, running_var, training, momentum,
+          // eps) -> (out, save_mean, save_invstd), as functorch's batching
+          // rule for BatchNorm emits it (tasks folded into the channels): the
+          // output as batch_norm's; the saved statistics only when unread.
+          {"aten::native_batch_norm",
+           [](Graph& g, Node* n) -> std::vector<Value*> {
+             if (n->inputs().size() != 8 || n->output(1)->hasUses() ||
+                 n->output(2)->hasUses()) {
+               return {};
+             }
+             Value* out = BatchNorm(g, n);
+             if (out == nullptr) return {};
+             return {out, n->input(3), n->input(4)};
+           }},
       };
   return *rewrites;
 }
@@ -522,12 +592,22 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
       {"aten::log_softmax",
        [](Graph& g, Node* n) -> Value* {
          auto dim = ConstantOf(n->input(1));
-         if (!dim || (n->inputs().size() > 2 &&
-                      n->input(2)->type()->kind() != c10::TypeKind::NoneType)) {
-           return nullptr;
+         if (!dim || (n->inputs().size() > 2 && !IsNone(n->input(2)) &&
+                      !IsInputDtype(n->input(2), n->input(0)))) {
+           return Reject("a constant dim and no dtype conversion expected");
          }
          return LogSoftmax(g, n->input(0), dim->toInt());
        }},
+      {"aten::movedim",  // (x, source, destination), ints or int lists
+       [](Graph& g, Node* n) -> Value* {
+         auto order = MovedimPermutation(n);
+         if (!order) return Reject("constant dims and an input of known rank expected");
+         return InsertOp(g, "aten::permute", {n->input(0), g.insertConstant(*order)});
+       }},
+      {"aten::ones",  // (size, dtype, layout, device, pin_memory), all constant
+       [](Graph& g, Node* n) -> Value* { return ConstantFilled(g, n, 1.0); }},
+      {"aten::zeros",
+       [](Graph& g, Node* n) -> Value* { return ConstantFilled(g, n, 0.0); }},
       {"aten::softmax",
        [](Graph& g, Node* n) -> Value* {
          auto dim = ConstantOf(n->input(1));
