@@ -43,5 +43,5 @@ def test_profile_times_every_instruction(tmp_path):
 
 
 def test_profile_rejects_plain_functions():
-    with pytest.raises(TypeError, match="compile_inner_loop or compile"):
+    with pytest.raises(TypeError, match="compile_inner_loop, compile or vmap"):
         mf.profile(lambda x: x, torch.ones(1))

@@ -1,0 +1,230 @@
+"""metafuse.vmap: a per-task function compiled for the whole meta-batch as one
+program. Every result is compared with the per-task loop run eagerly
+(float64 to 1e-10; float32 against a float64 truth)."""
+
+import warnings
+
+import pytest
+import torch
+
+import metafuse as mf
+from metafuse.compiler import CompilationFallbackWarning
+
+F64 = torch.float64
+TASKS = 4
+
+
+def mlp(dtype=F64):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(1, 16), torch.nn.ReLU(),
+                               torch.nn.Linear(16, 16), torch.nn.Tanh(),
+                               torch.nn.Linear(16, 1)).to(dtype)
+
+
+def regression_problem(dtype=F64):
+    """(params, mse loss of the MLP)."""
+    net = mlp(dtype)
+
+    def loss_fn(p, x, y):
+        return torch.nn.functional.mse_loss(mf.functional_call(net, p, x), y)
+
+    return params_of(net), loss_fn
+
+
+def cnn():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4, track_running_stats=False),
+        torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+        torch.nn.Linear(4 * 4 * 4, 3)).double()
+
+
+def params_of(net):
+    return {k: v.detach().clone().requires_grad_() for k, v in net.named_parameters()}
+
+
+def regression_tasks(dtype=F64, shots=6):
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(TASKS, 2 * shots, 1, generator=g, dtype=F64) * 6 - 3
+    y = torch.sin(x + torch.rand(TASKS, 1, 1, generator=g, dtype=F64))
+    return tuple(t.to(dtype) for t in (x[:, :shots], y[:, :shots], x[:, shots:], y[:, shots:]))
+
+
+def strict():
+    """Any compilation fallback fails the test."""
+    ctx = warnings.catch_warnings()
+    ctx.__enter__()
+    warnings.simplefilter("error", CompilationFallbackWarning)
+    return ctx
+
+
+def meta_gradient(losses, params):
+    return torch.autograd.grad(losses.sum(), list(params.values()))
+
+
+def assert_all_close(a, b, rtol=1e-10, atol=1e-12):
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("optimizer", [lambda: mf.sgd(0.05),
+                                       lambda: mf.adam(0.01, eps_root=1e-10)],
+                         ids=["sgd", "adam"])
+def test_adapt_inside_vmap_equals_the_per_task_loop(optimizer):
+    params, loss_fn = regression_problem()
+
+    adapt = mf.compile_inner_loop(loss_fn, optimizer(), steps=3)
+    task_loss = mf.vmap(lambda p, xs, ys, xq, yq: loss_fn(adapt(p, xs, ys), xq, yq),
+                        in_dims=(None, 0, 0, 0, 0))
+    xs, ys, xq, yq = regression_tasks()
+    ctx = strict()
+    losses = task_loss(params, xs, ys, xq, yq)
+    ctx.__exit__(None, None, None)
+    assert losses.shape == (TASKS,)
+    expected = torch.stack([loss_fn(adapt._eager(params, (xs[t], ys[t])), xq[t], yq[t])
+                            for t in range(TASKS)])
+    torch.testing.assert_close(losses, expected, rtol=1e-10, atol=1e-12)
+    assert_all_close(meta_gradient(losses, params), meta_gradient(expected, params))
+    assert task_loss.compile_count == 1
+    task_loss(params, xs + 1, ys, xq, yq)
+    assert task_loss.compile_count == 1  # same guard: the program is reused
+
+
+def test_the_program_uses_batched_products():
+    params, loss_fn = regression_problem()
+
+    adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.05), steps=2)
+    fn = lambda p, xs, ys: loss_fn(adapt(p, xs, ys), xs, ys)  # noqa: E731
+    xs, ys, _, _ = regression_tasks()
+    batched = mf.vmap(fn, in_dims=(None, 0, 0)).program(params, xs, ys).dump()
+    one_task = mf.compile(fn).program(params, xs[0], ys[0]).dump()
+    # Every product of the meta-batch is one batched GEMM: as many GEMM
+    # instructions as one task's program has, none left to the dispatcher.
+    count = lambda text: text.count(" = gemm")  # noqa: E731
+    assert count(one_task) > 0
+    assert count(batched) == count(one_task)
+    assert "aten::bmm(" not in batched
+
+
+def test_user_loop_with_metafuse_grad():
+    params, loss_fn = regression_problem()
+
+    def task(p, xs, ys, xq, yq):
+        tx = mf.sgd(0.1)
+        state = tx.init(p)
+        for _ in range(2):
+            g = mf.grad(loss_fn(p, xs, ys), p)
+            u, state = tx.update(g, state, params=p, inplace=False)
+            p = mf.apply_updates(p, u, inplace=False)
+        return loss_fn(p, xq, yq)
+
+    xs, ys, xq, yq = regression_tasks()
+    batched = mf.vmap(task, in_dims=(None, 0, 0, 0, 0))
+    ctx = strict()
+    losses = batched(params, xs, ys, xq, yq)
+    ctx.__exit__(None, None, None)
+
+    def eager_task(p, xs, ys, xq, yq):
+        for _ in range(2):
+            g = torch.autograd.grad(loss_fn(p, xs, ys), list(p.values()), create_graph=True)
+            p = {k: v - 0.1 * gi for (k, v), gi in zip(p.items(), g)}
+        return loss_fn(p, xq, yq)
+
+    expected = torch.stack([eager_task(params, xs[t], ys[t], xq[t], yq[t])
+                            for t in range(TASKS)])
+    torch.testing.assert_close(losses, expected, rtol=1e-10, atol=1e-12)
+    assert_all_close(meta_gradient(losses, params), meta_gradient(expected, params))
+
+
+def test_conv_batchnorm_tasks_compile_as_one_program():
+    net = cnn()
+    params = params_of(net)
+
+    def loss_fn(p, x, y):
+        return torch.nn.functional.cross_entropy(mf.functional_call(net, p, x), y)
+
+    adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.1), steps=2)
+    task_loss = mf.vmap(lambda p, xs, ys, xq, yq: loss_fn(adapt(p, xs, ys), xq, yq),
+                        in_dims=(None, 0, 0, 0, 0))
+    g = torch.Generator().manual_seed(2)
+    xs, xq = (torch.randn(TASKS, n, 1, 8, 8, generator=g, dtype=F64) for n in (3, 6))
+    ys, yq = torch.arange(3).repeat(TASKS, 1), torch.arange(3).repeat(TASKS, 2)
+    ctx = strict()
+    losses = task_loss(params, xs, ys, xq, yq)
+    ctx.__exit__(None, None, None)
+    expected = torch.stack([loss_fn(adapt._eager(params, (xs[t], ys[t])), xq[t], yq[t])
+                            for t in range(TASKS)])
+    torch.testing.assert_close(losses, expected, rtol=1e-10, atol=1e-12)
+    assert_all_close(meta_gradient(losses, params), meta_gradient(expected, params))
+
+
+def test_adapt_batched_equals_adapt_per_task():
+    params, loss_fn = regression_problem()
+
+    adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.05), steps=3)
+    xs, ys, _, _ = regression_tasks()
+    fast = adapt.batched(params, xs, ys)
+    for t in range(TASKS):
+        one = adapt(params, xs[t], ys[t])
+        for k in params:
+            assert fast[k].shape == (TASKS,) + params[k].shape
+            torch.testing.assert_close(fast[k][t], one[k], rtol=1e-10, atol=1e-12)
+
+
+def test_float32_against_a_float64_truth():
+    results = {}
+    for dt in (torch.float32, F64):
+        params, loss_fn = regression_problem(dt)
+        adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.05), steps=3)
+        task_loss = mf.vmap(lambda p, xs, ys, xq, yq: loss_fn(adapt(p, xs, ys), xq, yq),
+                            in_dims=(None, 0, 0, 0, 0))
+        losses = task_loss(params, *regression_tasks(dt))
+        results[dt] = [g.double() for g in meta_gradient(losses, params)]
+    assert_all_close(results[torch.float32], results[F64], rtol=1e-4, atol=1e-5)
+
+
+def test_chunks_equal_one_call():
+    params, loss_fn = regression_problem()
+
+    adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.05), steps=2)
+    fn = lambda p, xs, ys: loss_fn(adapt(p, xs, ys), xs, ys)  # noqa: E731
+    xs, ys, _, _ = regression_tasks()
+    whole = mf.vmap(fn, in_dims=(None, 0, 0))(params, xs, ys)
+    chunked = mf.vmap(fn, in_dims=(None, 0, 0), chunk_size=3)(params, xs, ys)
+    torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=1e-14)
+
+
+def test_untraceable_function_falls_back_with_one_warning_and_same_result():
+    w = torch.tensor([0.5, -1.0], dtype=F64, requires_grad=True)
+
+    def task(w, x):
+        if float(x.sum()) > 0:  # data-dependent: the compile cannot trust a trace
+            return (w * x).sum()
+        return (w * x).prod()
+
+    x = torch.tensor([[1.0, 2.0], [-3.0, 1.0], [2.0, 2.0]], dtype=F64)
+    batched = mf.vmap(task, in_dims=(None, 0))
+    with pytest.warns(CompilationFallbackWarning) as record:
+        out = batched(w, x)
+    assert len(record) >= 1
+    expected = torch.stack([task(w, x[t]) for t in range(3)])
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(in_dims=("a",)), "in_dims"),
+    (dict(randomness="sometimes"), "randomness"),
+    (dict(chunk_size=0), "chunk_size"),
+    (dict(out_dims=1.5), "out_dims"),
+])
+def test_bad_arguments_are_named(kwargs, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        mf.vmap(lambda x: x, **kwargs)
+
+
+def test_mismatched_task_counts_are_an_error():
+    batched = mf.vmap(lambda a, b: a + b)
+    with pytest.raises(ValueError, match="task count"):
+        batched(torch.zeros(3, 2), torch.zeros(4, 2))
+    with pytest.raises(ValueError, match="in_dims"):
+        mf.vmap(lambda a, b: a + b, in_dims=(0,))(torch.zeros(3), torch.zeros(3))
