@@ -1,14 +1,19 @@
 """MAML sinusoid meta-step: compiled inner loop versus the eager path.
 
 MLP 1-40-40-1, 5 inner SGD steps (lr 0.01), meta-batch 25, 10 shots, outer
-metafuse.Adam (1e-3), float32, 1 thread. Four variants train side by side
+metafuse.Adam (1e-3), float32, 1 thread. Six variants train side by side
 from the same weights on the same tasks, alternating meta-steps in one run:
-  - eager unfused : metafuse.MetaSGD on the nn.Module (issue 5's eager path)
+  - eager unfused : metafuse.MetaSGD on the nn.Module (the TorchOpt idiom)
   - eager fused   : the same with fused=True (kernels/ optimizer operators)
-  - compiled, fusion off : compile_inner_loop, its generic program (issue 8)
-  - compiled      : compile_inner_loop with every pass: shape specialization,
-                    vertical and horizontal fusion into LLVM-JIT'd kernels,
-                    buffer planning, flatten caching
+  - functorch vmap: plain PyTorch's best: functorch.vmap over the tasks of an
+                    inner loop written with functorch.grad
+  - compiled, fusion off : compile_inner_loop per task, its generic program
+  - compiled per task    : compile_inner_loop per task with every pass: shape
+                    specialization, vertical and horizontal fusion into
+                    LLVM-JIT'd kernels, buffer planning, flatten caching
+  - compiled batched     : metafuse.vmap of the task (adapt + query loss): the
+                    whole meta-batch as one compiled program (batched GEMMs,
+                    kernels over all tasks), ratios are against it
 It prints the meta-training curve of each variant, the median meta-step
 time and the ratios, then, each in a fresh process: the compile latency of
 the first task (trace + passes + kernels) with an empty kernel cache (cold)
@@ -35,7 +40,8 @@ import torch
 import metafuse as mf
 
 HIDDEN, INNER_STEPS, META_BATCH, SHOTS, INNER_LR = 40, 5, 25, 10, 0.01
-VARIANTS = ("eager unfused", "eager fused", "compiled, fusion off", "compiled")
+VARIANTS = ("eager unfused", "eager fused", "functorch vmap", "compiled, fusion off",
+            "compiled per task", "compiled batched")
 
 
 def make_net():
@@ -86,19 +92,59 @@ def compiled_step(net, outer, adapt, tasks):
     return total
 
 
+def functorch_step(net, outer, tasks):
+    import functorch
+    xs, ys, xq, yq = tasks
+    outer.zero_grad()
+
+    def loss_fn(p, x, y):
+        return torch.nn.functional.mse_loss(functorch.functional_call(net, p, x), y)
+
+    def task(p, xs, ys, xq, yq):
+        for _ in range(INNER_STEPS):
+            g = functorch.grad(loss_fn)(p, xs, ys)
+            p = {k: p[k] - INNER_LR * g[k] for k in p}
+        return loss_fn(p, xq, yq)
+
+    loss = functorch.vmap(task, in_dims=(None, 0, 0, 0, 0))(
+        dict(net.named_parameters()), xs, ys, xq, yq).mean()
+    loss.backward()
+    outer.step()
+    return float(loss)
+
+
+def batched_step(net, outer, batched, tasks):
+    outer.zero_grad()
+    loss = batched(dict(net.named_parameters()), *tasks).mean()
+    loss.backward()
+    outer.step()
+    return float(loss)
+
+
 class Variant:
     def __init__(self, name):
         self.name = name
         self.net = make_net()
         self.outer = mf.Adam(self.net.parameters(), lr=1e-3)
-        self.adapt = None
+        self.adapt = self.batched = None
         if name.startswith("compiled"):
             def loss_fn(p, x, y):
                 return torch.nn.functional.mse_loss(mf.functional_call(self.net, p, x), y)
             self.adapt = mf.compile_inner_loop(loss_fn, mf.sgd(INNER_LR), steps=INNER_STEPS)
+        if name == "compiled batched":
+            self.batched = mf.vmap(
+                lambda p, xs, ys, xq, yq: loss_fn(self.adapt(p, xs, ys), xq, yq),
+                in_dims=(None, 0, 0, 0, 0))
         self.losses, self.times = [], []
 
+    def compile_count(self):
+        return (self.batched or self.adapt).compile_count
+
     def step(self, tasks):
+        if self.name == "functorch vmap":
+            return functorch_step(self.net, self.outer, tasks)
+        if self.batched is not None:
+            return batched_step(self.net, self.outer, self.batched, tasks)
         if self.adapt is None:
             return eager_step(self.net, self.outer, tasks, fused=self.name == "eager fused")
         loss = compiled_step(self.net, self.outer, self.adapt, tasks)
@@ -111,6 +157,20 @@ class Variant:
         start = time.perf_counter()
         self.losses.append(self.step(tasks))
         self.times.append(time.perf_counter() - start)
+
+
+def child_batched_compile_latency():
+    """The first meta-step of a fresh process through metafuse.vmap: trace
+    under vmap, passes, kernels, forward and meta-backward."""
+    torch.set_num_threads(THREADS)
+    v = Variant("compiled batched")
+    tasks = sample_tasks(torch.Generator().manual_seed(1))
+    start = time.perf_counter()
+    v.step(tasks)
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    v.step(tasks)
+    return {"first_step_ms": first * 1e3, "steady_step_ms": (time.perf_counter() - start) * 1e3}
 
 
 def child_compile_latency():
@@ -191,6 +251,9 @@ def main():
     if args.child == "compile":
         print(json.dumps(child_compile_latency()))
         return
+    if args.child == "compile-batched":
+        print(json.dumps(child_batched_compile_latency()))
+        return
     if args.child == "memory":
         print(json.dumps(child_memory(args.variant, 5)))
         return
@@ -200,7 +263,7 @@ def main():
     generator = torch.Generator().manual_seed(1)
     warm = sample_tasks(generator)
     for v in variants:  # compile (and specialize) outside the timed steps
-        if v.adapt is not None:
+        if v.name.startswith("compiled") or v.name == "functorch vmap":
             v.step(warm)
             v.net.load_state_dict(make_net().state_dict())
             v.outer = mf.Adam(v.net.parameters(), lr=1e-3)
@@ -210,7 +273,7 @@ def main():
             v.timed_step(tasks)
     for v in variants:
         if v.adapt is not None:
-            assert v.adapt.compile_count == 1, "same guard must not recompile"
+            assert v.compile_count() == 1, "same guard must not recompile"
     reference = variants[0].losses[0]
     for v in variants[1:]:
         agree = abs(v.losses[0] - reference) / abs(reference)
@@ -219,13 +282,13 @@ def main():
     print(f"MAML sinusoid meta-step, MLP 1-{HIDDEN}-{HIDDEN}-1, {INNER_STEPS} inner SGD "
           f"steps, meta-batch {META_BATCH}, {args.iterations} meta-steps, {THREADS} thread(s)")
     every = max(1, args.iterations // 10)
-    print("meta-training loss (the four variants train the same model on the same tasks):")
+    print("meta-training loss (the variants train the same model on the same tasks):")
     print("  step " + "".join(f"{v.name:>22}" for v in variants))
     for i in sorted(set(range(0, args.iterations, every)) | {args.iterations - 1}):
         print(f"  {i + 1:4d} " + "".join(f"{v.losses[i]:22.4f}" for v in variants))
     medians = {v.name: statistics.median(v.times) * 1e3 for v in variants}
-    compiled = medians["compiled"]
-    print("median meta-step time (ratio: variant / compiled):")
+    compiled = medians["compiled batched"]
+    print("median meta-step time (ratio: variant / compiled batched):")
     for name, ms in medians.items():
         print(f"  {name:22s} {ms:8.1f} ms   {ms / compiled:6.2f}x")
 
@@ -240,8 +303,15 @@ def main():
     warm = median_run([run_child(["--child", "compile"],
                                  dict(os.environ, XDG_CACHE_HOME=cache_dirs[0]))
                        for _ in range(3)])
+    batched_cold = sorted((run_child(["--child", "compile-batched"],
+                                     dict(os.environ, XDG_CACHE_HOME=tempfile.mkdtemp(
+                                         prefix="metafuse-bench-cache-")))
+                           for _ in range(3)), key=lambda r: r["first_step_ms"])[1]
     print("compile latency, first task of a fresh process (trace + passes + kernels, "
           "forward and backward; median of 3 processes):")
+    print(f"  {'batched meta-step, cold':26s} {batched_cold['first_step_ms']:7.1f} ms "
+          f"(metafuse.vmap: the whole meta-batch; steady step "
+          f"{batched_cold['steady_step_ms']:.1f} ms)")
     for label, r in (("cold (empty kernel cache)", cold), ("warm (disk kernel cache)", warm)):
         print(f"  {label:26s} {r['first_task_ms']:7.1f} ms (steady task "
               f"{r['steady_task_ms']:.1f} ms; specialization + fusion + kernels: forward "
@@ -270,7 +340,8 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"iterations": args.iterations, "median_ms": medians,
                        "losses": {v.name: v.losses for v in variants},
-                       "compile": {"cold": cold, "warm": warm}, "memory": memory}, f,
+                       "compile": {"cold": cold, "warm": warm,
+                                   "batched_cold": batched_cold}, "memory": memory}, f,
                       indent=1)
 
 

@@ -369,6 +369,10 @@ bool RandomOp(Builder& b) {
       for (int64_t i = 0; i < rank; ++i) perm[i] = i;
       std::shuffle(perm.begin(), perm.end(), b.rng());
       if (b.Coin(0.3)) perm[0] -= rank;
+      if (b.Coin(0.3)) {  // movedim (metafuse.vmap's traces): one dim to another place
+        return b.Emit("aten::movedim", {x, b.Const(b.Int(0, rank - 1)),
+                                        b.Const(b.Int(-rank, rank - 1))});
+      }
       return b.Emit("aten::permute", {x, b.Ints(perm)});
     }
     case 30: {
@@ -430,6 +434,16 @@ bool RandomOp(Builder& b) {
     }
     // ---- linear algebra
     case 37: {
+      if (rank == 3) {  // per-task products (metafuse.vmap's traces)
+        for (Value* y : b.pool()) {
+          auto ys = b.Sizes(y);
+          if (ys.size() == 3 && ys[0] == xs[0] && ys[1] == xs[2] && b.Coin())
+            return b.Emit("aten::bmm", {x, y});
+        }
+        return b.Emit("aten::bmm", {x, b.Emit("aten::transpose", {x, b.Const(int64_t{1}),
+                                                                  b.Const(int64_t{2})},
+                                              false)});
+      }
       if (rank != 2) return false;
       for (Value* y : b.pool()) {
         auto ys = b.Sizes(y);
@@ -929,6 +943,7 @@ TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
                          "aten::expand",      "aten::sum_to_size",
                          "aten::flatten",     "aten::constant_pad_nd",
                          "aten::mm",          "aten::gather",
+                         "aten::bmm",         "aten::movedim",
                          "aten::scatter_add", "aten::log_softmax",
                          "aten::softmax",     "aten::softplus",
                          "aten::log_sigmoid", "aten::mse_loss",

@@ -171,5 +171,45 @@ TEST(GemmOperation, EveryTransposeCombinationMatchesMm) {
   }
 }
 
+// Per-task products (metafuse.vmap): aten::bmm with transposes of the last
+// two dims folded into the flags, a transposed product swapped, every
+// combination against ATen's bmm; a batch-broadcast (expanded) operand is
+// read through a copy.
+TEST(GemmOperation, BatchedProductsMatchBmm) {
+  ASSERT_TRUE(runtime::DirectBlasAvailable());
+  constexpr const char* kBatched = R"IR(
+graph(%a : Tensor, %b : Tensor, %c : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %two : int = prim::Constant[value=2]()
+  %minus1 : int = prim::Constant[value=-1]()
+  %at : Tensor = aten::transpose(%a, %one, %two)
+  %bt : Tensor = aten::transpose(%b, %minus1, %one)
+  %nn : Tensor = aten::bmm(%a, %b)
+  %tn : Tensor = aten::bmm(%at, %c)
+  %nt : Tensor = aten::bmm(%c, %bt)
+  %tt : Tensor = aten::bmm(%bt, %at)
+  %nnt : Tensor = aten::transpose(%nn, %two, %one)
+  return (%nn, %tn, %nt, %tt, %nnt)
+)IR";
+  for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    auto opts = torch::TensorOptions().dtype(dtype);
+    std::vector<c10::IValue> inputs = {torch::randn({6, 5, 7}, opts),
+                                       torch::randn({1, 7, 5}, opts).expand({6, 7, 5}),
+                                       torch::randn({6, 5, 5}, opts)};
+    auto graph = Parse(kBatched);
+    SpecializedRunner fused(graph->copy(), "bmm-gemm", nullptr);
+    SpecializedRunner generic(graph->copy(), "bmm", nullptr);
+    generic.set_fusion(false);
+    auto got = fused.Run(inputs);
+    auto want = generic.Run(inputs);
+    EXPECT_EQ(fused.report().gemms, 4);
+    const double tol = dtype == torch::kFloat32 ? 1e-5 : 1e-12;
+    for (size_t k = 0; k < want.size(); ++k) {
+      EXPECT_TRUE(torch::allclose(got[k].toTensor(), want[k].toTensor(), tol, tol))
+          << "product " << k;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace metafuse::compiler

@@ -23,7 +23,7 @@ const std::set<std::string> kRuleNames = {
     "aten::type_as", "aten::clone", "aten::contiguous", "aten::sum", "aten::mean",
     "aten::logsumexp", "aten::amax", "aten::reshape", "aten::view", "aten::expand",
     "aten::sum_to_size", "aten::t", "aten::transpose", "aten::unsqueeze", "aten::squeeze",
-    "aten::mm", "aten::flatten", "aten::permute", "aten::constant_pad_nd", "aten::conv2d",
+    "aten::mm", "aten::bmm", "aten::flatten", "aten::permute", "aten::constant_pad_nd", "aten::conv2d",
     "aten::conv_transpose2d", "aten::max_pool2d_with_indices", "aten::gather",
     "aten::scatter_add", "metafuse::adam"};
 

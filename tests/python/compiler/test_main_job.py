@@ -1,4 +1,4 @@
-"""The README's main job (bench/maml_compiled.py) runs end to end: four
+"""The README's main job (bench/maml_compiled.py) runs end to end: six
 variants train the same model to the same losses, and every measurement it
 reports is present and sane."""
 
@@ -19,7 +19,8 @@ def test_main_job_runs_and_the_variants_agree(tmp_path):
     assert "median meta-step time" in run.stdout
     result = json.loads(out.read_text())
     losses = result["losses"]
-    assert set(losses) == {"eager unfused", "eager fused", "compiled, fusion off", "compiled"}
+    assert set(losses) == {"eager unfused", "eager fused", "functorch vmap",
+                           "compiled, fusion off", "compiled per task", "compiled batched"}
     for name, curve in losses.items():
         assert len(curve) == 2
         for a, b in zip(curve, losses["eager unfused"]):
@@ -28,4 +29,5 @@ def test_main_job_runs_and_the_variants_agree(tmp_path):
     cold, warm = result["compile"]["cold"], result["compile"]["warm"]
     assert cold["first_task_ms"] > 0 and warm["first_task_ms"] > 0
     assert warm["report"]["forward"]["fusion_groups"] > 0
+    assert result["compile"]["batched_cold"]["first_step_ms"] > 0
     assert all(m["peak_tensor_mib"] > 0 for m in result["memory"].values())
