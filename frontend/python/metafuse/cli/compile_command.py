@@ -39,13 +39,15 @@ def run(args):
                     manifest = aot.save_job(loaded.function, args.output, loaded.example)
                 else:
                     manifest = aot.save(loaded.function, args.output, *loaded.example)
-            except RuntimeError as exc:
-                if "runs eagerly" not in str(exc):
-                    raise
+            except Exception:  # noqa: BLE001  (a fallback explains any failure after it)
                 fallback = [str(w.message) for w in caught
                             if issubclass(w.category, CompilationFallbackWarning)]
-                raise CliError(f"{loaded.name} could not be compiled: "
-                               f"{fallback[0] if fallback else exc}") from None
+                if not fallback:
+                    raise
+                # The eager run that follows a fallback may fail too (e.g.
+                # metafuse.grad on inputs that do not require grad); the
+                # fallback is the cause.
+                raise CliError(f"{loaded.name} could not be compiled: {fallback[0]}") from None
     for w in caught:  # other warnings the script raised, shown once
         if not issubclass(w.category, CompilationFallbackWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
