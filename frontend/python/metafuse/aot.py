@@ -1,4 +1,4 @@
-"""Ahead-of-time artifacts of compiled programs (first part: Python save/load).
+"""Ahead-of-time artifacts of compiled programs and training jobs (Python side).
 
     adapt = metafuse.compile_inner_loop(loss_fn, metafuse.sgd(0.4), steps=5)
     metafuse.aot.save(adapt, "maml.mfa", params, x_support, y_support)
@@ -17,9 +17,14 @@ ArtifactError naming it, and nothing half-loaded is returned. Kernels are
 compiled for the loading machine by the runtime's JIT (or linked from the
 kernel cache), so an artifact moves between x86-64 hosts.
 
-Not yet here (see docs/architecture.md): host object code inside the
-artifact, the C++ runner without Python, whole meta-training steps, and the
-``metafuse`` command-line tool.
+A job artifact (``save_job`` / ``load_job``) adds a whole training step
+under the convention ``step(state, *data) -> (new_state, metrics)``, its
+initial state and data batches (``job.pt``), and a ``job`` section in the
+manifest; ``metafuse run job.mfa`` runs it (docs/cli.md). ``read`` checks an
+artifact without making it runnable (``metafuse inspect``).
+
+Not yet here (docs/aot.md): host object code inside the artifact, and the
+C++ runner without Python.
 """
 
 import hashlib
@@ -38,8 +43,10 @@ from metafuse.compiler import CompiledFunction, CompiledInnerLoop
 _core = _C._compiler
 
 FORMAT = "metafuse-aot 1"
+JOB_MEMBER = "job.pt"  # a job artifact's initial state and data batches
 
-__all__ = ["save", "load", "LoadedProgram", "ArtifactError"]
+__all__ = ["save", "load", "read", "save_job", "load_job", "JobData", "Job",
+           "LoadedProgram", "Artifact", "ArtifactError"]
 
 
 class ArtifactError(ValueError):
@@ -85,6 +92,11 @@ def save(compiled, path, *example_args):
         TypeError: ``compiled`` is not a compiled function.
         RuntimeError: the call runs eagerly (nothing compiled to save).
     """
+    return _save(compiled, path, example_args)
+
+
+def _save(compiled, path, example_args, job_section=None, job_payload=None):
+    """save(), with an optional job section (manifest) and job.pt member."""
     if not isinstance(compiled, (CompiledInnerLoop, CompiledFunction)):
         raise TypeError("metafuse.aot.save: `compiled` must be a result of "
                         "compile_inner_loop or compile, got "
@@ -95,10 +107,12 @@ def save(compiled, path, *example_args):
     _, leaves = compiled._entry_and_leaves(example_args)
     arg_leaves, arg_spec = _tree.flatten(list(example_args))
     closed = [t.detach().clone() for t in leaves[len(arg_leaves):]]
-    constants = io.BytesIO()
-    torch.save({"closed_over": closed,
-                "output": _output_skeleton(compiled, example_args)}, constants)
-    members = {"program.bin": value.serialize(), "constants.pt": constants.getvalue()}
+    members = {"program.bin": value.serialize(),
+               "constants.pt": _tensor_bytes({
+                   "closed_over": closed,
+                   "output": _output_skeleton(compiled, example_args)})}
+    if job_payload is not None:
+        members[JOB_MEMBER] = _tensor_bytes(job_payload)
     manifest = {
         "format": FORMAT,
         "kind": "inner_loop" if isinstance(compiled, CompiledInnerLoop) else "function",
@@ -109,6 +123,58 @@ def save(compiled, path, *example_args):
         "num_outputs": value.num_outputs,
         "sha256": {name: _sha256(data) for name, data in members.items()},
     }
+    if job_section is not None:
+        manifest["job"] = job_section
+    _check_round_trip(compiled, example_args, manifest, members)
+    _write_atomically(path, manifest, members)
+    return manifest
+
+
+def _first_difference(got, want):
+    """What differs between two lists of output tensors (NaN equals NaN),
+    or None."""
+    if len(got) != len(want):
+        return f"{len(got)} outputs, the compiled call gives {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if (g.dtype, g.shape) != (w.dtype, w.shape):
+            return (f"output {i} is {g.dtype}{list(g.shape)}, the compiled call gives "
+                    f"{w.dtype}{list(w.shape)}")
+        same = (torch.allclose(g, w, rtol=0, atol=0, equal_nan=True)
+                if g.is_floating_point() else torch.equal(g, w))
+        if not same:
+            return f"output {i} differs from the compiled call's"
+    return None
+
+
+def _check_round_trip(compiled, example_args, manifest, members):
+    """Refuses to write an artifact whose program, read back, does not give
+    the compiled call's outputs bit for bit (a serialization defect must not
+    become a wrong result, or an error, on the loading machine)."""
+    loaded = LoadedProgram(manifest, _core.deserialize_program(members["program.bin"]),
+                           torch.load(io.BytesIO(members["constants.pt"])))
+    with torch.no_grad():
+        want = _tree.leaves(compiled(*example_args))
+        try:
+            got = _tree.leaves(loaded(*example_args))
+        except RuntimeError as exc:
+            got, error = None, str(exc).splitlines()[0]
+    if got is not None:
+        error = _first_difference(got, want)
+    if error is not None:
+        raise RuntimeError("metafuse.aot.save: the program read back from its serialized "
+                           f"form does not reproduce the compiled call ({error}); nothing "
+                           "was written. This is a metafuse defect: please report it "
+                           "(docs/aot.md lists the known ones and their workarounds)")
+
+
+def _tensor_bytes(obj):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def _write_atomically(path, manifest, members):
+    """Writes the zip to a temporary file beside ``path``, then renames it."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".mfa-", dir=directory)
     try:
@@ -121,7 +187,6 @@ def save(compiled, path, *example_args):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return manifest
 
 
 class LoadedProgram:
@@ -154,7 +219,8 @@ class LoadedProgram:
 
 
 def load(path):
-    """Reads an artifact written by ``save``; neither traces nor compiles.
+    """Reads an artifact written by ``save`` (or ``save_job``); neither
+    traces nor compiles.
 
     Args:
         path: the artifact's file name.
@@ -166,7 +232,37 @@ def load(path):
         FileNotFoundError: no such file.
         ArtifactError: a check failed (not an artifact, truncated or
             corrupted, another format or LibTorch version); the message
-            names it. Recompile and save again with this metafuse.
+            names it. Recompile and save it again with this metafuse.
+    """
+    artifact = read(path)
+    return LoadedProgram(artifact.manifest, artifact.program, artifact.constants)
+
+
+class Artifact:
+    """An artifact's checked contents, not yet made runnable: ``manifest``
+    (dict), ``program`` (the ``CompiledProgram`` value: ``dump()``,
+    ``versions``, ...), ``constants`` (closed-over tensors, output
+    structure), ``job`` (the stored state and batches of a job artifact, or
+    None) and ``sizes`` (bytes of each zip member)."""
+
+    def __init__(self, manifest, program, constants, job, sizes):
+        self.manifest, self.program, self.constants = manifest, program, constants
+        self.job, self.sizes = job, sizes
+
+
+def read(path):
+    """Reads and checks an artifact without making it runnable (no kernel is
+    compiled or linked): what ``metafuse inspect`` shows.
+
+    Args:
+        path: the artifact's file name.
+
+    Returns:
+        An Artifact.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ArtifactError: a check failed; the message names it.
     """
     try:
         z = zipfile.ZipFile(path)
@@ -181,7 +277,13 @@ def load(path):
                 raise ArtifactError(f"metafuse.aot.load: {path} lacks {sorted(missing)}; "
                                     "it is not a complete artifact")
             manifest = json.loads(z.read("manifest.json"))
-            members = {n: z.read(n) for n in ("program.bin", "constants.pt")}
+            if not isinstance(manifest, dict):
+                raise ValueError("manifest.json is not an object")
+            wanted = ["program.bin", "constants.pt"]
+            if "job" in manifest:
+                wanted.append(JOB_MEMBER)
+            members = {n: z.read(n) for n in wanted}
+            sizes = {info.filename: info.file_size for info in z.infolist()}
         except (zipfile.BadZipFile, OSError, ValueError, KeyError) as exc:
             if isinstance(exc, ArtifactError):
                 raise
@@ -195,8 +297,9 @@ def load(path):
         raise ArtifactError(f"metafuse.aot.load: {path} was made with LibTorch "
                             f"{manifest.get('torch')}, this process runs {torch.__version__}; "
                             "recompile and save it here")
+    checksums = manifest.get("sha256")
     for name, data in members.items():
-        if _sha256(data) != manifest.get("sha256", {}).get(name):
+        if not isinstance(checksums, dict) or _sha256(data) != checksums.get(name):
             raise ArtifactError(f"metafuse.aot.load: checksum of {name} in {path} does "
                                 "not match its manifest (the file is corrupted); save it "
                                 "again")
@@ -205,4 +308,216 @@ def load(path):
     except ValueError as exc:
         raise ArtifactError(f"metafuse.aot.load: {path}: {exc}") from None
     constants = torch.load(io.BytesIO(members["constants.pt"]))
-    return LoadedProgram(manifest, program, constants)
+    job = torch.load(io.BytesIO(members[JOB_MEMBER])) if JOB_MEMBER in members else None
+    return Artifact(manifest, program, constants, job, sizes)
+
+
+# --- Job artifacts: a whole training step and the data it runs on ---------
+
+JOB_CONVENTION = ("step(state, *data) -> (new_state, metrics): new_state is the next "
+                  "step's state; metrics are scalar tensors reported per step")
+
+
+class JobData:
+    """What a job artifact runs on: the initial ``state`` (a pytree of
+    tensors, e.g. the meta-parameters) and ``batches``, a non-empty list of
+    data tuples, each the ``*data`` arguments of one step, all of the same
+    structure, shapes and dtypes. Step ``i`` uses ``batches[i % len(batches)]``.
+    ``description`` is free text stored in the manifest (say where the data
+    came from)."""
+
+    def __init__(self, state, batches, description=""):
+        self.state, self.batches, self.description = state, batches, description
+
+
+def _signature(tree):
+    leaves, spec = _tree.flatten(tree)
+    return spec, [(tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else None
+                  for t in leaves]
+
+
+def _dense(t):
+    """``t`` with row-major strides exactly (is_contiguous() ignores the
+    strides of size-1 dimensions; the program's guard does not)."""
+    strides, step = [], 1
+    for size in reversed(t.shape):
+        strides.append(step)
+        step *= max(size, 1)
+    if t.stride() == tuple(reversed(strides)):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def _contiguous(tree):
+    """A detached copy of a pytree's tensor leaves with row-major strides
+    (other leaves as they are)."""
+    return _tree.map(lambda t: _dense(t.detach()).clone()
+                     if isinstance(t, torch.Tensor) else t, tree)
+
+
+def _metric_names(metrics):
+    """The names a step's metrics are reported under, or None if ``metrics``
+    is not a scalar tensor or a dict of scalar tensors."""
+    if isinstance(metrics, torch.Tensor):
+        return ["loss"] if metrics.numel() == 1 else None
+    if isinstance(metrics, dict) and metrics and all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) and v.numel() == 1
+            for k, v in metrics.items()):
+        return sorted(metrics)
+    return None
+
+
+def _check_job(step, state, batches):
+    """Raises TypeError / ValueError naming the argument that breaks the job
+    convention; returns (the first step's result, metric names)."""
+    if not isinstance(step, CompiledFunction):
+        raise TypeError("metafuse.aot.save_job: `step` must be a function compiled with "
+                        f"metafuse.compile, got {type(step).__name__}")
+    state_spec, state_sig = _signature(state)
+    if not state_sig or None in state_sig:
+        raise TypeError("metafuse.aot.save_job: `state` must be a non-empty pytree of "
+                        "tensors")
+    if not isinstance(batches, (list, tuple)) or not batches:
+        raise TypeError("metafuse.aot.save_job: `batches` must be a non-empty list of "
+                        "data tuples (the *data arguments of one step each)")
+    first = None
+    for i, batch in enumerate(batches):
+        if not isinstance(batch, tuple):
+            raise TypeError(f"metafuse.aot.save_job: batches[{i}] must be a tuple of "
+                            f"step arguments, got {type(batch).__name__}")
+        sig = _signature(batch)
+        if None in sig[1]:
+            raise TypeError(f"metafuse.aot.save_job: batches[{i}] must hold tensors only")
+        if first is not None and sig != first:
+            raise ValueError(f"metafuse.aot.save_job: batches[{i}] differs from batches[0] "
+                             "in structure, shapes or dtypes; every batch must match")
+        first = sig
+    result = step(state, *batches[0])
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise ValueError("metafuse.aot.save_job: `step` must return a pair "
+                         f"(new_state, metrics) ({JOB_CONVENTION})")
+    new_state, metrics = result
+    if _signature(new_state) != (state_spec, state_sig):
+        raise ValueError("metafuse.aot.save_job: the new state `step` returns differs "
+                         "from `state` in structure, shapes or dtypes; it must be able "
+                         "to feed the next step")
+    names = _metric_names(metrics)
+    if names is None:
+        raise ValueError("metafuse.aot.save_job: the metrics `step` returns must be a "
+                         "scalar tensor or a dict of scalar tensors keyed by name")
+    return names
+
+
+def save_job(step, path, data):
+    """Writes a job artifact: the compiled program of one training step plus
+    the initial state and the data it runs on, so that ``metafuse run`` (or
+    ``load_job(path).run(n)``) trains without the script that made it.
+
+    The step follows the job convention ``step(state, *data) -> (new_state,
+    metrics)``: ``state`` is a pytree of tensors (e.g. meta-parameters),
+    ``new_state`` has its structure, shapes and dtypes and becomes the next
+    step's ``state``; ``metrics`` is a scalar tensor (reported as ``loss``)
+    or a dict of scalar tensors. The manifest's ``job`` section records the
+    convention, the state's structure, the metric names and where the data
+    comes from (the stored batches, cycled in order).
+
+    Args:
+        step: a function compiled with ``metafuse.compile``.
+        path: the artifact's file name.
+        data: a JobData (initial state, batches, description).
+
+    Returns:
+        The manifest written.
+
+    Raises:
+        TypeError, ValueError: an argument breaks the convention (named).
+        RuntimeError: the step runs eagerly (nothing compiled to save).
+    """
+    if not isinstance(data, JobData):
+        raise TypeError("metafuse.aot.save_job: `data` must be a metafuse.aot.JobData, "
+                        f"got {type(data).__name__}")
+    # The program is specialized to strides too: contiguous tensors
+    # throughout, so that every step's (contiguous) new state fits it.
+    state = _contiguous(data.state)
+    batches = [_contiguous(batch) for batch in data.batches] \
+        if isinstance(data.batches, (list, tuple)) else data.batches
+    names = _check_job(step, state, batches)
+    state_leaves, state_spec = _tree.flatten(state)
+    section = {
+        "convention": JOB_CONVENTION,
+        "state": {"structure": str(state_spec), "leaves": len(state_leaves)},
+        "metrics": names,
+        "data": {"source": "batches stored in job.pt", "count": len(batches),
+                 "order": "step i uses batch i mod count"},
+        "description": str(data.description),
+    }
+    payload = {"state": state, "batches": batches}
+    return _save(step, path, (state,) + tuple(batches[0]), section, payload)
+
+
+class Job:
+    """A job artifact loaded: ``state`` (the initial state), ``batches``,
+    ``metric_names``, ``manifest``, and ``program`` (the LoadedProgram of
+    one step). ``step`` runs one step, ``run`` many."""
+
+    def __init__(self, manifest, program, payload):
+        self.manifest, self.program = manifest, program
+        self.state, self.batches = payload["state"], payload["batches"]
+        self.metric_names = manifest["job"]["metrics"]
+
+    def step(self, state, index):
+        """One step from ``state`` on batch ``index % len(batches)``.
+
+        Returns:
+            (new_state, {metric name: scalar tensor})."""
+        batch = self.batches[index % len(self.batches)]
+        with torch.no_grad():
+            new_state, metrics = self.program(state, *batch)
+        new_state = _tree.map(_dense, new_state)  # the strides the program expects
+        if isinstance(metrics, torch.Tensor):
+            metrics = {"loss": metrics}
+        return new_state, metrics
+
+    def run(self, steps, state=None, callback=None):
+        """Runs ``steps`` steps, each step's new state feeding the next.
+
+        Args:
+            steps: how many, an integer >= 0.
+            state: where to start (default: the stored initial state).
+            callback: called as ``callback(index, metrics)`` after each step,
+                with metrics as Python floats.
+
+        Returns:
+            (final state, [metrics of each step as floats])."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"metafuse.aot.Job.run: `steps` must be an integer >= 0, "
+                             f"got {steps!r}")
+        state = self.state if state is None else state
+        history = []
+        for i in range(steps):
+            state, metrics = self.step(state, i)
+            values = {k: float(v) for k, v in metrics.items()}
+            history.append(values)
+            if callback is not None:
+                callback(i, values)
+        return state, history
+
+
+def load_job(path):
+    """Reads a job artifact written by ``save_job``.
+
+    Returns:
+        A Job.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ArtifactError: a check failed, or the artifact holds a program
+            without a job section (saved by ``save``).
+    """
+    artifact = read(path)
+    if artifact.job is None:
+        raise ArtifactError(f"metafuse.aot.load_job: {path} holds a compiled program, "
+                            "not a job (no job section); save it with "
+                            "metafuse.aot.save_job")
+    program = LoadedProgram(artifact.manifest, artifact.program, artifact.constants)
+    return Job(artifact.manifest, program, artifact.job)

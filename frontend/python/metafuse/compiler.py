@@ -564,11 +564,12 @@ class CompiledFunction(_CompiledBase):
             k += n
         differentiable.extend(range(k, k + len(extras)))
         # metafuse.grad runs eagerly while tracing: differentiable examples
-        # must require grad.
+        # must require grad, and grad mode must be on even when the first
+        # call happens under torch.no_grad().
         examples = tuple(t.detach().requires_grad_(i in differentiable and
                                                     t.is_floating_point())
                          for i, t in enumerate(flat + extras))
-        with self._tracing_context():
+        with torch.enable_grad(), self._tracing_context():
             traced, error, caught = _trace(flat_fn, examples)
         if error is not None:
             return self._fallback(f"the function could not be traced ({error})")

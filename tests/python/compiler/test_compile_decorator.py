@@ -106,3 +106,18 @@ def test_grad_eager_semantics_and_errors():
         mf.grad(torch.tensor(1.0), w)
     with pytest.raises(ValueError, match="argnums"):
         mf.compile(argnums=-1)
+
+
+def test_first_call_under_no_grad_compiles():
+    # metafuse.grad runs eagerly while tracing; grad mode must be on then.
+    @mf.compile
+    def step(w, x):
+        return w - 0.1 * mf.grad(((w * x) ** 2).sum(), w)
+
+    w = torch.tensor([0.5, -1.0], dtype=F64)
+    x = torch.tensor([1.0, 2.0], dtype=F64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompilationFallbackWarning)
+        with torch.no_grad():
+            got = step(w, x)
+    torch.testing.assert_close(got, w - 0.2 * x * x * w, rtol=1e-12, atol=0)
