@@ -11,7 +11,7 @@ using c10::IValue;
 using List = c10::impl::GenericList;
 
 constexpr const char* kMagic = "metafuse-program";
-constexpr int64_t kFormat = 1;
+constexpr int64_t kFormat = 2;  // 2: constants carry the wrapped-number flag
 
 // ---- writing: every struct is a list of its fields, in declaration order.
 
@@ -100,6 +100,9 @@ IValue Write(const ProgramCode& p) {
     List c = NewList();
     c.push_back(reg);
     c.push_back(value);
+    // The pickler drops a 0-dim tensor's wrapped-number flag, which decides
+    // type promotion (float32 tensor / wrapped 4.0 stays float32).
+    c.push_back(value.isTensor() && value.toTensor().unsafeGetTensorImpl()->is_wrapped_number());
     constants.push_back(c);
   }
   l.push_back(constants);
@@ -317,7 +320,15 @@ ProgramCode ReadProgram(Reader& r) {
   p.output_registers = r.Ints("output_registers");
   p.constants = r.Each<std::pair<int64_t, IValue>>("constants", [](Reader& c) {
     const int64_t reg = c.Int("register");
-    return std::make_pair(reg, c.Next("value"));
+    IValue value = c.Next("value");
+    const bool wrapped = c.Bool("wrapped_number");
+    if (wrapped) {
+      if (!value.isTensor() || value.toTensor().dim() != 0) {
+        throw Reader::Bad("a wrapped-number constant that is not a 0-dim tensor");
+      }
+      value.toTensor().unsafeGetTensorImpl()->set_wrapped_number(true);
+    }
+    return std::make_pair(reg, value);
   });
   p.instructions = r.Each<InstructionCode>("instructions", ReadInstruction);
   p.kernels = r.Each<KernelCode>("kernels", ReadKernel);
