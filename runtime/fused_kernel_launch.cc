@@ -57,6 +57,38 @@ std::shared_ptr<const JitKernel> GetKernel(const KernelCode& code) {
   return shared;
 }
 
+// Elementwise work does not care in which order it visits elements. When
+// every element-indexed input of a segment is the same dense but
+// non-contiguous layout (e.g. the task-major views metafuse.vmap's batching
+// rules make of channel-major convolution outputs), the kernel runs over
+// memory order and the outputs take that layout, as ATen's TensorIterator
+// does: no copy in, none out. Inputs indexed by position (inner / outer
+// broadcasts) need the logical order and make the launch contiguous.
+c10::optional<std::vector<int64_t>> SharedDenseStrides(const torch::jit::Stack& stack,
+                                                       size_t first, const LaunchPlan& p,
+                                                       const KernelCode& code,
+                                                       const std::vector<int64_t>& sizes) {
+  c10::optional<std::vector<int64_t>> strides;
+  bool any_permuted = false;
+  for (size_t i = 0; i < p.binding.size(); ++i) {
+    if (!p.is_tensor[i]) continue;
+    const int64_t access = code.input_access.at(p.binding[i]);
+    if (access == 1) continue;  // broadcast: one element, any layout
+    if (access != 0) return c10::nullopt;
+    const at::Tensor& t = stack[first + i].toTensor();
+    if (t.sizes() != c10::IntArrayRef(sizes) || !t.is_non_overlapping_and_dense())
+      return c10::nullopt;
+    if (!strides) {
+      strides = t.strides().vec();
+    } else if (t.strides() != c10::IntArrayRef(*strides)) {
+      return c10::nullopt;
+    }
+    any_permuted = any_permuted || !t.is_contiguous();
+  }
+  if (!any_permuted) return c10::nullopt;
+  return strides;
+}
+
 struct Launch {
   std::shared_ptr<const JitKernel> kernel;
   LaunchPlan plan;
@@ -103,6 +135,7 @@ torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const Launch
     absl::InlinedVector<double, 4> scalars(l.num_scalars);
     for (int64_t s = 0; s < p.segments; ++s) {
       const size_t first = base + s * l.inputs_per_segment;
+      const auto layout = SharedDenseStrides(stack, first, p, l.kernel->code(), p.out_sizes[s]);
       for (size_t i = 0; i < l.inputs_per_segment; ++i) {
         c10::IValue& v = stack[first + i];
         if (p.is_tensor[i]) {
@@ -110,7 +143,7 @@ torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const Launch
           TORCH_CHECK(t.scalar_type() == p.input_dtypes[i] && t.device().is_cpu(),
                       "fused kernel ", l.kernel->code().name, ": input ", i, " is ",
                       t.toString(), ", expected the specialized dtype on the CPU");
-          if (!t.is_contiguous()) {
+          if (!layout && !t.is_contiguous()) {
             t = t.contiguous();
             keep.push_back(t);
           }
@@ -125,11 +158,16 @@ torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const Launch
         at::Tensor out;
         if (from >= 0) {
           const at::Tensor& candidate = stack[base + from].toTensor();
-          // Not taken twice: a taken input is no longer uniquely owned.
-          if (BufferIsFree(candidate)) out = candidate;
+          // Not taken twice: a taken input is no longer uniquely owned. Its
+          // layout must be the one the kernel writes in.
+          const bool same_layout = layout ? candidate.strides() == c10::IntArrayRef(*layout)
+                                          : candidate.is_contiguous();
+          if (same_layout && BufferIsFree(candidate)) out = candidate;
         }
         if (!out.defined()) {
-          out = at::empty(p.out_sizes[s], at::TensorOptions().dtype(p.output_dtypes[o]));
+          const auto options = at::TensorOptions().dtype(p.output_dtypes[o]);
+          out = layout ? at::empty_strided(p.out_sizes[s], *layout, options)
+                       : at::empty(p.out_sizes[s], options);
         }
         out_ptrs[o] = out.data_ptr();
         outputs[index] = std::move(out);
