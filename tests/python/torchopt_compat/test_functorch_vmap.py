@@ -253,3 +253,39 @@ def test_maml_with_vmapped_inner_loop_meta_gradient_equals_a_loop():
     torch.testing.assert_close(batched, looped, rtol=1e-10, atol=1e-12)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-12)
+
+
+def test_nested_vmap_equals_a_double_loop():
+    tx = torchopt.adam(0.1)
+    start = torch.randn(2, 3, 4, dtype=F64)
+    state = functorch.vmap(functorch.vmap(tx.init))(start)
+    step_fn = functorch.vmap(functorch.vmap(
+        lambda p, s: tx.update(torch.cos(p) * p, s, inplace=False)))
+    params = start
+    for _ in range(3):
+        updates, state = step_fn(params, state)
+        params = params + updates
+    assert counts(state)[0].tolist() == [[3] * 3] * 2
+    for i in range(2):
+        for j in range(3):
+            p = start[i, j].clone()
+            s = tx.init(p)
+            for _ in range(3):
+                u, s = tx.update(torch.cos(p) * p, s, inplace=False)
+                p = p + u
+            torch.testing.assert_close(params[i, j], p, rtol=1e-12, atol=1e-12)
+
+
+def test_inplace_writes_a_stacked_count_in_place():
+    # States stacked by hand (not vmap's expanded output) can be written in
+    # place, as outside vmap.
+    tx = torchopt.sgd(0.1, momentum=0.9)
+    params = torch.randn(MEMBERS, 4, dtype=F64)
+    trace_state = tx.init(params[0])[0]
+    stacked = (type(trace_state)(trace=torch.zeros(MEMBERS, 4, dtype=F64),
+                                 count=torch.zeros(MEMBERS, dtype=torch.int64)),
+               ) + tuple(tx.init(params[0])[1:])
+    (count,) = counts(stacked)
+    _, new_state = functorch.vmap(
+        lambda p, s: tx.update(p * 2, s, inplace=True))(params, stacked)
+    assert counts(new_state)[0] is count and count.tolist() == [1] * MEMBERS
