@@ -13,6 +13,7 @@ only flattens once per call and rebuilds the trees.
 import torch
 
 from metafuse import _C
+from metafuse import _functorch_count
 from metafuse import states as _states
 from metafuse import tree as _tree
 
@@ -100,10 +101,24 @@ class GradientTransformation:
             raw_state = self._core.init(leaves)
         else:
             raw_state = _states.to_raw(state, spec)
-        new_leaves, new_state = self._core.update(leaves, raw_state,
+        new_leaves, new_state = self._core_update(leaves, raw_state,
                                                   param_leaves, inplace)
         return (_tree.unflatten(spec, new_leaves),
                 _states.from_raw(new_state, spec))
+
+    def _core_update(self, leaves, raw_state, param_leaves, inplace):
+        """The C++ update; under functorch.vmap the step count crosses as a
+        host value (see metafuse._functorch_count)."""
+        raw_state, replaced = _functorch_count.to_host(raw_state)
+        try:
+            new_leaves, new_state = self._core.update(leaves, raw_state,
+                                                      param_leaves, inplace)
+        except RuntimeError as exc:
+            _functorch_count.explain_unbatchable(exc)
+            raise
+        if replaced is not None:
+            new_state = _functorch_count.restore(new_state, replaced, inplace)
+        return new_leaves, new_state
 
     def _update_skipping_none(self, with_none, none_spec, state, params,
                               inplace):
@@ -142,7 +157,7 @@ class GradientTransformation:
         sub = _states.select_raw(raw, indices)
         sub_params = (None if params is None
                       else [param_with_none[i] for i in present])
-        new_sub, sub = self._core.update([with_none[i] for i in present], sub,
+        new_sub, sub = self._core_update([with_none[i] for i in present], sub,
                                          sub_params, inplace)
         raw = _states.scatter_raw(raw, sub, indices)
         out = [None] * len(with_none)
