@@ -16,6 +16,7 @@ PACKAGES=(
   python3-pytest python3-numpy python3-matplotlib
   graphviz python3-graphviz   # dot; metafuse.visual renders through the graphviz package
   libgloo-dev libtensorpipe-dev  # torch.distributed backends
+  nlohmann-json3-dev libssl-dev  # the C++ AOT runner: manifest.json, SHA-256 (libcrypto)
   zlib1g-dev libzstd-dev libtinfo-dev libxml2-dev libffi-dev libedit-dev  # what llvm-config --system-libs names
 )
 

@@ -32,6 +32,8 @@ import io
 import json
 import os
 import tempfile
+import pickle
+import types
 import zipfile
 
 import torch
@@ -42,8 +44,9 @@ from metafuse.compiler import CompiledFunction, CompiledInnerLoop
 
 _core = _C._compiler
 
-FORMAT = "metafuse-aot 1"
+FORMAT = "metafuse-aot 2"  # 2: runner.pt (flat tensors for the C++ runner)
 JOB_MEMBER = "job.pt"  # a job artifact's initial state and data batches
+RUNNER_MEMBER = "runner.pt"  # flat tensors for the C++ runner
 
 __all__ = ["save", "load", "read", "save_job", "load_job", "JobData", "Job",
            "LoadedProgram", "Artifact", "ArtifactError"]
@@ -95,8 +98,9 @@ def save(compiled, path, *example_args):
     return _save(compiled, path, example_args)
 
 
-def _save(compiled, path, example_args, job_section=None, job_payload=None):
-    """save(), with an optional job section (manifest) and job.pt member."""
+def _save(compiled, path, example_args, job_section=None, job_payload=None, runner=None):
+    """save(), with an optional job section (manifest) and job.pt member;
+    ``runner`` adds the job's flat tensors to runner.pt."""
     if not isinstance(compiled, (CompiledInnerLoop, CompiledFunction)):
         raise TypeError("metafuse.aot.save: `compiled` must be a result of "
                         "compile_inner_loop or compile, got "
@@ -113,6 +117,12 @@ def _save(compiled, path, example_args, job_section=None, job_payload=None):
                    "output": _output_skeleton(compiled, example_args)})}
     if job_payload is not None:
         members[JOB_MEMBER] = _tensor_bytes(job_payload)
+    # What the C++ runner (metafuse/aot.h) reads without Python: flat tensor
+    # lists in metafuse.tree's order.
+    members[RUNNER_MEMBER] = _tensor_bytes({
+        "closed_over": closed,
+        "state_leaves": (runner or {}).get("state_leaves", []),
+        "batch_leaves": (runner or {}).get("batch_leaves", [])}, _LIBTORCH_PICKLE)
     manifest = {
         "format": FORMAT,
         "kind": "inner_loop" if isinstance(compiled, CompiledInnerLoop) else "function",
@@ -167,10 +177,41 @@ def _check_round_trip(compiled, example_args, manifest, members):
                            "(docs/aot.md lists the known ones and their workarounds)")
 
 
-def _tensor_bytes(obj):
+def _tensor_bytes(obj, pickle_module=pickle):
     buffer = io.BytesIO()
-    torch.save(obj, buffer)
+    torch.save(obj, buffer, pickle_module=pickle_module)
     return buffer.getvalue()
+
+
+class _BatchOpcodePickler(pickle._Pickler):  # the pure-Python pickler can be specialized
+    """Lists and dicts always as MARK ... APPENDS / SETITEMS: LibTorch's
+    unpickler (torch::pickle_load, used by the C++ runner) has no opcode for
+    the one-item forms (APPEND, SETITEM) Python's pickler uses."""
+
+    def _batch_appends(self, items):
+        items = list(items)
+        if not items:
+            return
+        self.write(pickle.MARK)
+        for x in items:
+            self.save(x)
+        self.write(pickle.APPENDS)
+
+    def _batch_setitems(self, items):
+        items = list(items)
+        if not items:  # as Python's: nothing (LibTorch reads an OrderedDict as None)
+            return
+        self.write(pickle.MARK)
+        for k, v in items:
+            self.save(k)
+            self.save(v)
+        self.write(pickle.SETITEMS)
+
+
+# What torch.save needs of a pickle module, with the pickler above.
+_LIBTORCH_PICKLE = types.SimpleNamespace(Pickler=_BatchOpcodePickler, Unpickler=pickle.Unpickler,
+                                         load=pickle.load, dump=pickle.dump,
+                                         __name__="pickle")
 
 
 def _write_atomically(path, manifest, members):
@@ -272,14 +313,14 @@ def read(path):
     with z:
         try:
             names = set(z.namelist())
-            missing = {"manifest.json", "program.bin", "constants.pt"} - names
+            missing = {"manifest.json", "program.bin", "constants.pt", RUNNER_MEMBER} - names
             if missing:
                 raise ArtifactError(f"metafuse.aot.load: {path} lacks {sorted(missing)}; "
                                     "it is not a complete artifact")
             manifest = json.loads(z.read("manifest.json"))
             if not isinstance(manifest, dict):
                 raise ValueError("manifest.json is not an object")
-            wanted = ["program.bin", "constants.pt"]
+            wanted = ["program.bin", "constants.pt", RUNNER_MEMBER]
             if "job" in manifest:
                 wanted.append(JOB_MEMBER)
             members = {n: z.read(n) for n in wanted}
@@ -452,7 +493,9 @@ def save_job(step, path, data):
         "description": str(data.description),
     }
     payload = {"state": state, "batches": batches}
-    return _save(step, path, (state,) + tuple(batches[0]), section, payload)
+    runner = {"state_leaves": state_leaves,
+              "batch_leaves": [_tree.flatten(list(batch))[0] for batch in batches]}
+    return _save(step, path, (state,) + tuple(batches[0]), section, payload, runner)
 
 
 class Job:
