@@ -22,6 +22,7 @@ from metafuse.distributed import api, autograd, rpc, world
 from metafuse.distributed.api import *  # noqa: F403
 from metafuse.distributed.config import DEFAULT_TIMEOUT, WorldConfigError
 from metafuse.distributed.errors import WorkerError
+from metafuse.distributed.scheduler import TaskScheduler
 from metafuse.distributed.spawn import SpawnError, spawn
 from metafuse.distributed.world import *  # noqa: F403
 

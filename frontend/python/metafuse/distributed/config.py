@@ -11,7 +11,7 @@ import os
 import socket
 
 __all__ = ["WorldConfigError", "DEFAULT_TIMEOUT", "default_timeout", "read_world",
-           "check_master_address"]
+           "check_master_address", "free_port", "worker_environment"]
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds an RPC (and the rendezvous) may take before it fails; the
@@ -119,3 +119,33 @@ def check_master_address(rank):
         raise WorldConfigError(f"MASTER_PORT={port} cannot be used here ({exc})") from None
     finally:
         probe.close()
+
+
+def free_port(address="127.0.0.1"):
+    """A TCP port that was free on ``address`` a moment ago (int)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((address, 0))
+        return probe.getsockname()[1]
+
+
+def worker_environment(local_rank, nproc_per_node, *, master_addr, master_port,
+                       nnodes=1, node_rank=0, base=None):
+    """The environment of one worker process, as torchrun sets it.
+
+    Args:
+        local_rank: the process's index on this node.
+        nproc_per_node: processes on each node.
+        master_addr, master_port: where rank 0 listens.
+        nnodes, node_rank: the number of nodes and this node's index.
+        base: the environment to extend (default: os.environ).
+
+    Returns:
+        A dict.
+    """
+    env = dict(os.environ if base is None else base)
+    env.update(MASTER_ADDR=str(master_addr), MASTER_PORT=str(master_port),
+               RANK=str(node_rank * nproc_per_node + local_rank),
+               LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nnodes * nproc_per_node),
+               LOCAL_WORLD_SIZE=str(nproc_per_node),
+               GROUP_RANK=str(node_rank), ROLE_RANK=str(node_rank * nproc_per_node + local_rank))
+    return env

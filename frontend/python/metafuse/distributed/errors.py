@@ -3,6 +3,8 @@ worker and says what happened (no answer within the timeout, the process
 is gone), or the worker's own exception with its traceback.
 """
 
+import threading
+
 import torch
 
 __all__ = ["WorkerError", "describe_failure", "gather_futures"]
@@ -74,11 +76,14 @@ def gather_futures(futures, targets):
     Returns:
         A torch.futures.Future of a list.
     """
+    futures = list(futures)
     result = torch.futures.Future()
+    remaining = [len(futures)]
+    lock = threading.Lock()
 
-    def finish(all_done):
+    def finish():
         values = []
-        for fut, (name, rank) in zip(all_done.wait(), targets):
+        for fut, (name, rank) in zip(futures, targets):
             try:
                 values.append(fut.wait())
             except Exception as exc:  # noqa: BLE001 - re-raised, described
@@ -86,5 +91,17 @@ def gather_futures(futures, targets):
                 return
         result.set_result(values)
 
-    torch.futures.collect_all(list(futures)).add_done_callback(finish)
+    def one_done(_):
+        # collect_all fails as soon as one fails; waiting for all keeps the
+        # order (the first failure in partition order is reported).
+        with lock:
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if last:
+            finish()
+
+    if not futures:
+        result.set_result([])
+    for fut in futures:
+        fut.add_done_callback(one_done)
     return result

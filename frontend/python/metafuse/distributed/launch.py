@@ -9,49 +9,21 @@ on Python 3.11 fails in elastic's argument parsing).
 
 The job ends when every process has exited. If one fails (non-zero exit)
 the others are stopped (SIGTERM, then SIGKILL) and its exit code is the
-launcher's; after rank 0 succeeds the others get ``--grace`` seconds to
+launcher's (as torchrun; with ``--keep-going`` only rank 0's failure
+does, so that rank 0 can go on without a dead worker); after rank 0 succeeds the others get ``--grace`` seconds to
 finish before they are stopped, so a hung worker never hangs the job.
 """
 
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-__all__ = ["free_port", "worker_environment", "launch", "main"]
+__all__ = ["launch", "main"]
 
-
-def free_port(address="127.0.0.1"):
-    """A TCP port that was free on ``address`` a moment ago (int)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((address, 0))
-        return probe.getsockname()[1]
-
-
-def worker_environment(local_rank, nproc_per_node, *, master_addr, master_port,
-                       nnodes=1, node_rank=0, base=None):
-    """The environment of one worker process, as torchrun sets it.
-
-    Args:
-        local_rank: the process's index on this node.
-        nproc_per_node: processes on each node.
-        master_addr, master_port: where rank 0 listens.
-        nnodes, node_rank: the number of nodes and this node's index.
-        base: the environment to extend (default: os.environ).
-
-    Returns:
-        A dict.
-    """
-    env = dict(os.environ if base is None else base)
-    env.update(MASTER_ADDR=str(master_addr), MASTER_PORT=str(master_port),
-               RANK=str(node_rank * nproc_per_node + local_rank),
-               LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nnodes * nproc_per_node),
-               LOCAL_WORLD_SIZE=str(nproc_per_node),
-               GROUP_RANK=str(node_rank), ROLE_RANK=str(node_rank * nproc_per_node + local_rank))
-    return env
+from metafuse.distributed.config import free_port, worker_environment
 
 
 def _stop(processes, wait=5.0):
@@ -91,7 +63,7 @@ def _check_launch_arguments(command, nproc_per_node, nnodes, node_rank, master_p
 
 
 def launch(command, nproc_per_node, *, nnodes=1, node_rank=0, master_addr="127.0.0.1",
-           master_port=0, grace=10.0, timeout=None, log=sys.stderr):
+           master_port=0, grace=10.0, timeout=None, keep_going=False, log=None):
     """Runs ``command`` in ``nproc_per_node`` processes with the world set.
 
     Args:
@@ -102,7 +74,9 @@ def launch(command, nproc_per_node, *, nnodes=1, node_rank=0, master_addr="127.0
             on one machine only).
         grace: seconds the others may run on after rank 0 succeeded.
         timeout: seconds the whole job may take (None: no limit).
-        log: where the launcher reports stopped processes.
+        keep_going: a worker other than rank 0 that fails does not stop the
+            job (rank 0 gets WorkerError and may go on without it).
+        log: where the launcher reports stopped processes (default stderr).
 
     Returns:
         The job's exit code: the first failing process's, 124 on timeout,
@@ -113,31 +87,34 @@ def launch(command, nproc_per_node, *, nnodes=1, node_rank=0, master_addr="127.0
     """
     _check_launch_arguments(command, nproc_per_node, nnodes, node_rank, master_port)
     port = master_port or free_port(master_addr)
+    log = sys.stderr if log is None else log
     processes = []
     try:
         for local_rank in range(nproc_per_node):
             env = worker_environment(local_rank, nproc_per_node, master_addr=master_addr,
                                      master_port=port, nnodes=nnodes, node_rank=node_rank)
             processes.append(subprocess.Popen(command, env=env, start_new_session=True))
-        return _supervise(processes, node_rank, grace, timeout, log)
+        return _supervise(processes, node_rank, grace, timeout, log, keep_going)
     finally:
         _stop(processes)
 
 
-def _supervise(processes, node_rank, grace, timeout, log):
+def _supervise(processes, node_rank, grace, timeout, log, keep_going=False):
     start = time.monotonic()
     rank0_done = None
     while True:
         codes = [p.poll() for p in processes]
         failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+        if keep_going:  # only rank 0's failure ends the job; it sees the others' as WorkerError
+            failed = [(r, c) for r, c in failed if r == 0 and node_rank == 0]
         if failed:
             rank, code = failed[0]
             stopped = _stop(processes)
             print(f"metafuse.distributed.launch: local rank {rank} exited with code {code}; "
                   f"stopped local ranks {stopped}", file=log)
             return code
-        if all(c == 0 for c in codes):
-            return 0
+        if all(c is not None for c in codes):
+            return next((c for c in codes if c != 0), 0)
         now = time.monotonic()
         if node_rank == 0 and codes[0] == 0 and rank0_done is None:
             rank0_done = now
@@ -171,6 +148,8 @@ def _parser():
                         help="seconds the others may run after rank 0 succeeded")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds the whole job may take")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="a failing worker other than rank 0 does not stop the job")
     parser.add_argument("-m", dest="module", action="store_true",
                         help="run the script argument as a module (python -m)")
     parser.add_argument("script", help="the Python script (or module with -m)")
@@ -186,7 +165,7 @@ def main(argv=None):
         return launch([sys.executable, "-u", *target, *args.script_args], args.nproc_per_node,
                       nnodes=args.nnodes, node_rank=args.node_rank,
                       master_addr=args.master_addr, master_port=args.master_port,
-                      grace=args.grace, timeout=args.timeout)
+                      grace=args.grace, timeout=args.timeout, keep_going=args.keep_going)
     except ValueError as exc:
         print(f"metafuse.distributed.launch: {exc}", file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ import queue as _queue
 import time
 import traceback
 
-from metafuse.distributed.launch import free_port, worker_environment
+from metafuse.distributed.config import free_port, worker_environment
 
 __all__ = ["spawn", "SpawnError"]
 

@@ -9,6 +9,8 @@ is a world of one.
 import atexit
 import functools
 import os
+import subprocess
+import sys
 from typing import NamedTuple
 
 import torch.distributed.rpc as rpc
@@ -156,7 +158,10 @@ def _shutdown_bounded():
     try:
         rpc.shutdown(graceful=True)
     except Exception:  # noqa: BLE001 - a peer is gone; leave without it
-        rpc.shutdown(graceful=False)
+        try:
+            rpc.shutdown(graceful=False)
+        except RuntimeError:  # the failed graceful attempt already stopped the agent
+            pass
 
 
 def _backend_options(options):
@@ -164,6 +169,46 @@ def _backend_options(options):
     if options is not None:
         return options
     return rpc.TensorPipeRpcBackendOptions(rpc_timeout=default_timeout())
+
+
+def _startup_failure(info, options, detail):
+    """The WorldConfigError for an RPC start-up that failed or did not end."""
+    return WorldConfigError(
+        f"RPC start-up of {info.worker_name} (RANK={info.rank}, WORLD_SIZE={info.world_size}) "
+        f"at {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} failed: {detail}. "
+        "Check that all WORLD_SIZE processes were started, with the same WORLD_SIZE, "
+        "MASTER_ADDR and MASTER_PORT and distinct RANKs")
+
+
+_WATCHDOG = """
+import os, signal, sys, time
+parent, seconds, message = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+time.sleep(seconds)
+if os.getppid() == parent:
+    sys.stderr.write("metafuse.distributed: " + message + "\\n")
+    sys.stderr.flush()
+    os.kill(parent, signal.SIGKILL)
+"""
+
+
+class _StartupWatchdog:
+    """Ends the process with a clear message if RPC start-up blocks past its
+    limit. torch's rendezvous waits up to 30 minutes for missing processes
+    while holding the GIL, so no Python thread or signal handler could run:
+    the watchdog is a small separate process."""
+
+    def __init__(self, seconds, message):
+        self._args = [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(seconds), message]
+        self._process = None
+
+    def __enter__(self):
+        self._process = subprocess.Popen(self._args, stdin=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *exc):
+        self._process.kill()
+        self._process.wait()
+        return False
 
 
 def init_rpc_from_environment(*, backend=None, rpc_backend_options=None):
@@ -178,27 +223,33 @@ def init_rpc_from_environment(*, backend=None, rpc_backend_options=None):
         This process's WorldInfo.
 
     Raises:
-        WorldConfigError: the configuration is wrong, or the rendezvous did
-            not complete within the timeout (the message says what to check).
+        WorldConfigError: the configuration is wrong, or the rendezvous
+            failed. If it blocks for twice the RPC timeout (processes
+            missing), the process prints the same message and is killed
+            instead of hanging.
     """
     info = get_world_info()
     check_master_address(info.rank)
     options = _backend_options(rpc_backend_options)
+    limit = 2 * options.rpc_timeout + 5
+    waiting = _startup_failure(info, options, f"not every process joined within {limit:g} s")
     try:
-        rpc.init_rpc(name=info.worker_name, rank=info.rank, world_size=info.world_size,
-                     backend=backend, rpc_backend_options=options)
+        with _StartupWatchdog(limit, str(waiting)):
+            rpc.init_rpc(name=info.worker_name, rank=info.rank, world_size=info.world_size,
+                         backend=backend, rpc_backend_options=options)
     except RuntimeError as exc:
         text = str(exc)
-        if "timeout" in text.lower() or "timed out" in text.lower():
-            raise WorldConfigError(
-                f"RPC start-up of {info.worker_name} (RANK={info.rank}) did not complete "
-                f"within {options.rpc_timeout:g} s: not all WORLD_SIZE={info.world_size} "
-                f"processes joined at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}. "
-                "Check that every process runs with the same WORLD_SIZE, a distinct RANK "
-                f"and the same MASTER_ADDR/MASTER_PORT ({text.splitlines()[0]})") from None
-        if "in use" in text.lower():
+        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        lowered = text.lower()
+        if "timeout" in lowered or "timed out" in lowered:
+            raise _startup_failure(info, options, f"not every process joined within "
+                                   f"{options.rpc_timeout:g} s ({first})") from None
+        if "gloo" in lowered and "address" in lowered:
+            raise _startup_failure(info, options, "the processes disagree on WORLD_SIZE "
+                                   f"(the rendezvous exchanged mismatched data: {first})") from None
+        if "in use" in lowered:
             raise WorldConfigError(f"MASTER_PORT={os.environ['MASTER_PORT']} is in use "
-                                   f"({text.splitlines()[0]})") from None
+                                   f"({first})") from None
         raise
     atexit.register(_shutdown_bounded)
     return info
