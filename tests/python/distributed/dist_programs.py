@@ -131,6 +131,12 @@ def remote_square(x):
     return x * x
 
 
+def remote_tree_norm(rref_tree):
+    """On a worker: fetch a tree of RRefs and return a differentiable value."""
+    tree = mf.pytree.tree_to_here(rref_tree)
+    return (tree["a"] * tree["b"]).sum()
+
+
 # parallelize decorates at import, so that every worker has the published
 # undecorated function (as in TorchOpt).
 parallel_parts = todist.parallelize(reducer=list)(rank_and_double)
@@ -168,6 +174,14 @@ def api_world():
         y = torch.distributed.rpc.rpc_sync("worker1", remote_square, args=(w,)).sum()
         (g,) = todist.autograd.grad(ctx, y, w)
     out["dist_grad"] = g.tolist()
+    # pytree.tree_as_rref / tree_to_here: gradients come back to the leaves.
+    a = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    b = torch.tensor([3.0, 5.0], dtype=torch.float64, requires_grad=True)
+    with todist.autograd.context() as ctx:
+        y = torch.distributed.rpc.rpc_sync(
+            "worker1", remote_tree_norm, args=(mf.pytree.tree_as_rref({"a": a, "b": b}),))
+        ga, gb = todist.autograd.grad(ctx, y, [a, b])
+    out["tree_rref_grads"] = [ga.tolist(), gb.tolist()]
     # The scheduler: compiled task (artifact), 2 workers, then 1 remote, 1 local.
     params = meta_params()
     batch = task_batch()

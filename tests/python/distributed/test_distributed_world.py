@@ -41,6 +41,10 @@ def test_distributed_autograd_grad(seen):
     assert seen["dist_grad"] == [3.0, -4.0]
 
 
+def test_tree_as_rref_and_tree_to_here_carry_gradients(seen):
+    assert seen["tree_rref_grads"] == [[3.0, 5.0], [1.0, 2.0]]
+
+
 def test_scheduler_meta_gradient_equals_the_single_process_one(seen):
     assert seen["scheduler_payload_kind"] == "artifact"  # compiled once, shipped as AOT
     assert seen["scheduler_error"] < 1e-12
