@@ -1,8 +1,11 @@
 """Programs the distributed tests run inside local worlds (spawn or the
-launcher). Module-level, so that workers import them by name. Float64,
-small: a 1-8-1 tanh MLP, six sinusoid tasks, two inner SGD steps."""
+launcher). Module-level, so that workers import them by name. Float64:
+the example's MAML task (functional, compiled or eager, and TorchOpt's
+module-based idiom) on six sinusoid tasks."""
 
+import copy
 import os
+import sys
 import time
 
 import torch
@@ -11,16 +14,19 @@ import torch.nn.functional as F
 import metafuse as mf
 import metafuse.distributed as todist
 
-TASKS, SHOTS, INNER_STEPS, INNER_LR = 6, 5, 2, 0.1
+# The example's compiled task (1-40-40-1 MLP, 5 inner SGD steps), run here in
+# float64: its parameters and data come as inputs.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "..", "examples"))
+from distributed_maml import INNER_LR, INNER_STEPS, NET, query_loss  # noqa: E402
+from distributed_maml import task_loss as compiled_task_loss  # noqa: E402
+
+TASKS, SHOTS = 6, 5
 
 
 def make_net():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.Tanh(),
-                               torch.nn.Linear(8, 1)).double()
-
-
-NET = make_net()  # the architecture the compiled task runs (parameters come as input)
+    """The example's network as a float64 module (TorchOpt's idiom)."""
+    return copy.deepcopy(NET).double()
 
 
 def task_batch():
@@ -30,30 +36,18 @@ def task_batch():
     return x[:, :SHOTS], y[:, :SHOTS], x[:, SHOTS:], y[:, SHOTS:]
 
 
-def _loss(params, x, y):
-    return F.mse_loss(mf.functional_call(NET, params, x), y)
-
-
 def eager_task_loss(params, xs, ys, xq, yq):
-    """One MAML task, eagerly (create_graph through the inner steps)."""
+    """The example's task, eagerly (create_graph through the inner steps)."""
     for _ in range(INNER_STEPS):
-        grads = torch.autograd.grad(_loss(params, xs, ys), list(params.values()),
+        grads = torch.autograd.grad(query_loss(params, xs, ys), list(params.values()),
                                     create_graph=True)
         params = {k: p - INNER_LR * g for (k, p), g in zip(params.items(), grads)}
-    return _loss(params, xq, yq)
+    return query_loss(params, xq, yq)
 
 
-@mf.compile
-def compiled_task_loss(params, xs, ys, xq, yq):
-    """The same task, compiled (the scheduler ships its AOT artifact)."""
-    for _ in range(INNER_STEPS):
-        grads = mf.grad(_loss(params, xs, ys), params)
-        params = {k: params[k] - INNER_LR * grads[k] for k in params}
-    return _loss(params, xq, yq)
-
-
-def meta_params(net=None):
-    return {k: v.detach().clone().requires_grad_() for k, v in (net or make_net()).named_parameters()}
+def meta_params():
+    """The example's network's parameters, in float64."""
+    return {k: v.detach().double().requires_grad_() for k, v in NET.named_parameters()}
 
 
 def reference_meta_gradient(tasks=range(TASKS)):

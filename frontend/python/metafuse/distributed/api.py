@@ -186,7 +186,16 @@ def remote_async_call(func, *, args=None, kwargs=None, partitioner=None, reducer
     gathered = gather_futures(futures, targets)
     if reducer is None:
         return gathered
-    return gathered.then(lambda fut: reducer(fut.wait()))
+    reduced = torch.futures.Future()
+
+    def reduce(fut):
+        # Not Future.then, which would wrap a WorkerError in a RuntimeError.
+        try:
+            reduced.set_result(reducer(fut.wait()))
+        except Exception as exc:  # noqa: BLE001 - the caller's wait() raises it
+            reduced.set_exception(exc)
+    gathered.add_done_callback(reduce)
+    return reduced
 
 
 def remote_sync_call(func, *, args=None, kwargs=None, partitioner=None, reducer=None,
