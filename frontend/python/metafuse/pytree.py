@@ -9,7 +9,7 @@ none_is_leaf=False, namespace='')``, ...); ``PyTreeSpec`` is
 kernels where they exist. optree's structural helpers (one-level
 flattening, transposition, common-structure broadcasting, prefix errors,
 ``Partial``, the legacy key paths) live in ``metafuse._pytree_structure``.
-Not provided: ``tree_as_rref`` / ``tree_to_here`` (the distributed API).
+``tree_as_rref`` / ``tree_to_here`` use metafuse.distributed's RRef.
 """
 
 import functools as _functools
@@ -444,6 +444,24 @@ def tree_wait(future_tree):
     return _tree.unflatten(spec, torch.futures.wait_all(leaves))
 
 
+def tree_as_rref(tree):
+    """Each leaf wrapped in an RRef owned by this worker (metafuse's RRef,
+    whose remote ``to_here`` keeps gradients flowing back; needs RPC)."""
+    from metafuse.distributed.rref import RRef
+    return tree_map(RRef, tree)
+
+
+def tree_to_here(rref_tree, timeout=-1.0):
+    """Each RRef leaf fetched here (``to_here(timeout)``; -1.0: the RPC
+    default timeout)."""
+    return tree_map(lambda r: r.to_here(timeout=timeout), rref_tree)
+
+
+def tree_local_value(rref_tree):
+    """Each RRef leaf's value on its owner (``local_value()``)."""
+    return tree_map(lambda r: r.local_value(), rref_tree)
+
+
 __all__ = [
     "MAX_RECURSION_DEPTH", "NONE_IS_NODE", "NONE_IS_LEAF", "tree_flatten",
     "tree_flatten_with_path", "tree_unflatten", "tree_leaves", "tree_structure",
@@ -463,6 +481,8 @@ __all__ = [
     "tree_add_scalar_mul", "tree_sub", "tree_sub_scalar_mul", "tree_mul",
     "tree_matmul", "tree_scalar_mul", "tree_truediv", "tree_vdot_real",
     "tree_wait",
+    "tree_as_rref",
+    "tree_to_here",
     "tree_flatten_one_level", "tree_transpose", "tree_broadcast_common",
     "broadcast_common", "tree_broadcast_map", "tree_broadcast_map_with_path",
     "prefix_errors", "Partial", "register_keypaths", "AttributeKeyPathEntry",

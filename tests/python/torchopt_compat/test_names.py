@@ -88,8 +88,6 @@ def test_signature_matches_torchopt(qualified):
     if qualified in SIGNATURE_DIFFERENCES or qualified in NOT_PROVIDED:
         pytest.skip("documented difference")
     module, _, name = qualified.rpartition(".")
-    if qualified in NAMES["excluded"]:
-        pytest.skip("the distributed API is another issue")
     obj = _resolve(module, name)
     if inspect.ismodule(obj):  # a callable module (diff.zero_order): its function
         obj = getattr(obj, name)

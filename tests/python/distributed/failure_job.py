@@ -1,0 +1,55 @@
+"""Run by test_failures.py through the launcher (3 processes): rank 0 drives
+a TaskScheduler while worker2 dies and worker1 hangs, and writes what it
+saw to the JSON file named by argv[1]."""
+
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+import dist_programs as programs  # noqa: E402
+import metafuse.distributed as todist  # noqa: E402
+
+
+def _step(scheduler, params, batch):
+    for p in params.values():
+        p.grad = None
+    start = time.monotonic()
+    try:
+        (scheduler.task_losses(params, *batch).sum() / programs.TASKS).backward()
+        return {"ok": True, "seconds": time.monotonic() - start,
+                "error": programs.relative_error([p.grad for p in params.values()],
+                                                 programs.reference_meta_gradient()[0])}
+    except todist.WorkerError as exc:
+        return {"ok": False, "seconds": time.monotonic() - start, "worker": exc.worker,
+                "rank": exc.rank, "reason": exc.reason, "message": str(exc)}
+
+
+@todist.auto_init_rpc()
+def main(path):
+    torch.set_num_threads(1)
+    if todist.get_world_rank() != 0:
+        return
+    params, batch = programs.meta_params(), programs.task_batch()
+    out = {}
+    scheduler = todist.TaskScheduler(programs.eager_task_loss)
+    out["before"] = _step(scheduler, params, batch)
+    torch.distributed.rpc.rpc_async("worker2", programs.die_now)
+    time.sleep(0.5)
+    out["killed"] = _step(scheduler, params, batch)
+    scheduler.remove_worker(out["killed"].get("worker", "worker2"))
+    out["workers_after_removal"] = scheduler.workers
+    out["continued"] = _step(scheduler, params, batch)
+    hanging = todist.TaskScheduler(programs.sleepy_task, workers=[0, 1], timeout=2.0)
+    out["hung"] = _step(hanging, params, batch)
+    with open(path, "w") as f:
+        json.dump(out, f)
+    os._exit(0)  # a peer is dead and one hangs: no graceful RPC shutdown
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
