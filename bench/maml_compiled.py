@@ -98,7 +98,7 @@ def functorch_step(net, outer, tasks):
     outer.zero_grad()
 
     def loss_fn(p, x, y):
-        return torch.nn.functional.mse_loss(functorch.functional_call(net, p, x), y)
+        return torch.nn.functional.mse_loss(torch.nn.utils.stateless.functional_call(net, p, x), y)
 
     def task(p, xs, ys, xq, yq):
         for _ in range(INNER_STEPS):

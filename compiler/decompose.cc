@@ -1,6 +1,8 @@
 #include "compiler/decompose.h"
 #include "compiler/ir_helpers.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -306,6 +308,24 @@ Value* MaxPool2d(Graph& g, Node* n) {
 // cat(tensors, dim) with statically known sizes along dim: each piece is
 // zero-padded to its place along dim (constant_pad_nd, whose derivative is
 // the crop) and the pieces are summed; no list in the differentiated graph.
+// x[..., begin:end, ...] along `dim` (static sizes): constant_pad_nd with
+// negative padding crops, and its derivative pads the gradient back.
+Value* Crop(Graph& g, Value* x, int64_t dim, int64_t begin, int64_t end) {
+  const int64_t rank = TensorRank(x);
+  auto type = x->type()->cast<c10::TensorType>();
+  auto sizes = type ? type->sizes().concrete_sizes() : c10::nullopt;
+  if (rank < 1 || !sizes) return Reject("an input of static shape expected");
+  if (dim < 0) dim += rank;
+  if (dim < 0 || dim >= rank) return Reject("dim out of range");
+  const int64_t size = (*sizes)[dim];
+  begin = std::clamp<int64_t>(begin < 0 ? begin + size : begin, 0, size);
+  end = std::clamp<int64_t>(end < 0 ? end + size : end, begin, size);
+  std::vector<int64_t> pad(2 * (rank - dim), 0);  // pairs from the last dim back
+  pad[2 * (rank - 1 - dim)] = -begin;
+  pad[2 * (rank - 1 - dim) + 1] = -(size - end);
+  return InsertOp(g, "aten::constant_pad_nd", {x, g.insertConstant(pad), g.insertConstant(0.0)});
+}
+
 Value* Concatenate(Graph& g, const std::vector<Value*>& pieces, int64_t dim) {
   if (pieces.empty())
     return Reject("a tensor list built in the graph expected");
@@ -597,6 +617,27 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
            return Reject("a constant dim and no dtype conversion expected");
          }
          return LogSoftmax(g, n->input(0), dim->toInt());
+       }},
+      {"aten::select",  // (x, dim, index): a one-wide crop, the dim dropped
+       [](Graph& g, Node* n) -> Value* {
+         auto dim = ConstantOf(n->input(1)), index = ConstantOf(n->input(2));
+         if (!dim || !index || !dim->isInt() || !index->isInt())
+           return Reject("a constant dim and index expected");
+         const int64_t i = index->toInt();
+         Value* crop = Crop(g, n->input(0), dim->toInt(), i, i == -1 ? INT64_MAX : i + 1);
+         if (crop == nullptr) return nullptr;
+         return InsertOp(g, "aten::squeeze", {crop, n->input(1)});
+       }},
+      {"aten::slice",  // (x, dim, start, end, step): step 1 only
+       [](Graph& g, Node* n) -> Value* {
+         auto dim = ConstantOf(n->input(1)), step = ConstantOf(n->input(4));
+         auto start = ConstantOf(n->input(2)), end = ConstantOf(n->input(3));
+         if (!dim || !step || !start || !end || !dim->isInt() || !step->isInt() ||
+             step->toInt() != 1) {
+           return Reject("constant dim, bounds and step 1 expected");
+         }
+         return Crop(g, n->input(0), dim->toInt(), start->isNone() ? 0 : start->toInt(),
+                     end->isNone() ? INT64_MAX : end->toInt());
        }},
       {"aten::movedim",  // (x, source, destination), ints or int lists
        [](Graph& g, Node* n) -> Value* {

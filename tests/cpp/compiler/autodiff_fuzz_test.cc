@@ -421,8 +421,17 @@ bool RandomOp(Builder& b) {
       return b.Emit("aten::flatten",
                     {x, b.Const(start), b.Const(b.Int(start, rank - 1))});
     }
-    case 36: {  // constant_pad_nd: pad or crop the last dims
+    case 36: {  // constant_pad_nd: pad or crop the last dims; select / slice
       if (rank == 0) return false;
+      if (b.Coin(0.3)) {
+        const int64_t dim = b.Int(0, rank - 1), size = xs[dim];
+        if (b.Coin()) {
+          return b.Emit("aten::select", {x, b.Const(dim), b.Const(b.Int(-size, size - 1))});
+        }
+        const int64_t start = b.Int(0, size - 1);
+        return b.Emit("aten::slice", {x, b.Const(dim), b.Const(start),
+                                      b.Const(b.Int(start + 1, size)), b.Const(int64_t{1})});
+      }
       std::vector<int64_t> pad;
       for (int64_t d = 0; d < std::min<int64_t>(rank, 2); ++d) {
         const int64_t size = xs[rank - 1 - d];
@@ -944,6 +953,7 @@ TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
                          "aten::flatten",     "aten::constant_pad_nd",
                          "aten::mm",          "aten::gather",
                          "aten::bmm",         "aten::movedim",
+                         "aten::select",      "aten::slice",
                          "aten::scatter_add", "aten::log_softmax",
                          "aten::softmax",     "aten::softplus",
                          "aten::log_sigmoid", "aten::mse_loss",

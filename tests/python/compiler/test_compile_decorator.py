@@ -121,3 +121,28 @@ def test_first_call_under_no_grad_compiles():
         with torch.no_grad():
             got = step(w, x)
     torch.testing.assert_close(got, w - 0.2 * x * x * w, rtol=1e-12, atol=0)
+
+
+def test_indexing_and_slicing_compile():
+    """x[t] (aten::select) and x[a:b] (aten::slice) are crops: compiled, and
+    second-order exact."""
+    w = torch.tensor([0.5, -1.0, 2.0], dtype=F64, requires_grad=True)
+    xs = torch.linspace(-1, 1, 12, dtype=F64).reshape(4, 3)
+
+    def step(w, xs):
+        loss = sum(((w * xs[t]) ** 2).sum() for t in range(xs.shape[0]))
+        loss = loss + (w * xs[1:3].sum(0)).tanh().sum() + (w[-1] * xs[-1, :2]).sum()
+        return w - 0.1 * mf.grad(loss, w)
+
+    compiled = mf.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompilationFallbackWarning)
+        fast = compiled(w, xs)
+    eager = step.__wrapped__(w, xs) if hasattr(step, "__wrapped__") else None
+    with torch.enable_grad():
+        reference = compiled.fn(w, xs)
+    torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-14)
+    meta = torch.autograd.grad((fast ** 2).sum(), w)[0]
+    expected = torch.autograd.grad((reference ** 2).sum(), w)[0]
+    torch.testing.assert_close(meta, expected, rtol=1e-12, atol=1e-14)
+    assert eager is None or torch.equal(eager, reference)
