@@ -5,19 +5,15 @@
 // only where a GPU exists (skipped here with the driver's reason).
 #include "compiler/codegen/cuda_printer.h"
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/codegen/c_renderer.h"
 #include "runtime/cuda_kernel.h"
 #include "runtime/cuda_ptx.h"
 #include "runtime/nvrtc_compiler.h"
+#include "tests/cpp/codegen/cuda_host_run.h"
 #include "tests/cpp/codegen/random_kernels.h"
 #include "tests/cpp/codegen/test_kernels.h"
 
@@ -48,23 +44,6 @@ runtime::CudaKernelSource SourceFor(const kir::Kernel& k) {
   auto source = PrintCudaSource(k);
   EXPECT_TRUE(source.ok()) << source.status();
   return {CudaKernelSymbol(k), kir::Print(k), source.value_or(""), kCudaPrinterVersion};
-}
-
-// CudaPrelude() and every kernel, in one translation unit.
-std::string CombinedSource(const std::vector<kir::Kernel>& kernels) {
-  std::string src = CudaPrelude();
-  for (const kir::Kernel& k : kernels) {
-    auto body = PrintCudaKernel(k);
-    EXPECT_TRUE(body.ok()) << body.status();
-    src += body.value_or("");
-  }
-  return src;
-}
-
-std::string MakeTempDir(const char* prefix) {
-  std::string tmpl = absl::StrCat("/tmp/", prefix, "_XXXXXX");
-  if (mkdtemp(tmpl.data()) == nullptr) return "";
-  return tmpl;
 }
 
 TEST(CudaCodegen, PrintsAGridStrideGlobalKernel) {
@@ -109,7 +88,7 @@ TEST(CudaCodegen, PrintsAGridStrideGlobalKernel) {
 // use them inside; the kernels' arithmetic does not, see below.)
 TEST(CudaCodegen, NvrtcCompilesEveryKernel) {
   const std::vector<kir::Kernel> kernels = AllKernels();
-  const std::string source = CombinedSource(kernels);
+  const std::string source = testing::CombinedCudaSource(kernels);
   for (int cc : {80, 90}) {
     runtime::NvrtcOptions options;
     options.compute_capability = cc;
@@ -145,84 +124,16 @@ TEST(CudaCodegen, DefaultNvrtcFlagsWouldContractIntoFma) {
   }
 }
 
-// A host wrapper that runs kernel k's whole grid: every (block, thread)
-// calls the __global__ function, as the GPU would, one after another.
-std::string HostGridRunner(const kir::Kernel& k) {
-  std::string args = "n";
-  for (size_t j = 0; j < k.inputs.size(); ++j) {
-    absl::StrAppend(&args, ", static_cast<const ", CRenderer::TypeName(k.inputs[j].dtype),
-                    "*>(in[", j, "])");
-  }
-  for (size_t j = 0; j < k.outputs.size(); ++j) {
-    absl::StrAppend(&args, ", static_cast<", CRenderer::TypeName(k.nodes[k.outputs[j].node].dtype),
-                    "*>(out[", j, "])");
-  }
-  for (size_t j = 0; j < k.scalars.size(); ++j) absl::StrAppend(&args, ", sc[", j, "]");
-  return absl::StrCat(
-      "extern \"C\" void host_", CudaKernelSymbol(k),
-      "(long long n, const void* const* in, void* const* out, const double* sc,\n"
-      "    unsigned grid, unsigned block) {\n"
-      "  gridDim.x = grid; blockDim.x = block;\n"
-      "  for (unsigned b = 0; b < grid; ++b) {\n"
-      "    for (unsigned t = 0; t < block; ++t) {\n"
-      "      blockIdx.x = b; threadIdx.x = t;\n"
-      "      ", CudaKernelSymbol(k), "(", args, ");\n"
-      "    }\n  }\n}\n");
-}
-
-using GridFn = void (*)(long long, const void* const*, void* const*, const double*, unsigned,
-                        unsigned);
-
 // (b) The printed CUDA, compiled as host C++ with the shim header and run over
 // grids smaller and larger than n, matches the interpreter exactly (0 ulp):
 // on the host, the shim's log/tanh/pow are the interpreter's libm, and
 // -ffp-contract=off matches --fmad=false.
 TEST(CudaCodegen, HostShimRunOfTheGridMatchesInterpreter) {
-  if (std::system("g++ --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no g++ on PATH";
-  const std::string shim =
-      std::filesystem::absolute("tests/cpp/codegen/cuda_host_shim.h").string();
-  ASSERT_TRUE(std::filesystem::exists(shim)) << shim;
-  const std::vector<kir::Kernel> kernels = AllKernels();
-  std::string source = CombinedSource(kernels);
-  for (const kir::Kernel& k : kernels) source += HostGridRunner(k);
-  const std::string dir = MakeTempDir("mf_cuda_host");
-  ASSERT_FALSE(dir.empty());
-  std::ofstream(dir + "/kernels.cc") << source;
-  const std::string cmd = absl::StrCat(
-      "g++ -std=c++17 -O1 -ffp-contract=off -shared -fPIC -include ", shim, " ", dir,
-      "/kernels.cc -o ", dir, "/kernels.so 2> ", dir, "/log.txt");
-  ASSERT_EQ(std::system(cmd.c_str()), 0)
-      << cmd << "\n" << std::ifstream(dir + "/log.txt").rdbuf();
-  void* lib = dlopen((dir + "/kernels.so").c_str(), RTLD_NOW | RTLD_LOCAL);
-  ASSERT_NE(lib, nullptr) << dlerror();
-
-  struct Grid { int64_t n; unsigned grid, block; };
-  // Grids of 3 x 32 and 2 x 64 threads for up to 1031 elements: each thread
-  // runs many grid-stride steps; n = 1 and 7 leave most threads idle.
-  const Grid grids[] = {{1, 3, 32}, {7, 2, 4}, {97, 3, 32}, {1031, 2, 64}};
-  for (const kir::Kernel& k : kernels) {
-    auto fn = reinterpret_cast<GridFn>(dlsym(lib, ("host_" + CudaKernelSymbol(k)).c_str()));
-    ASSERT_NE(fn, nullptr) << k.name;
-    for (const Grid& g : grids) {
-      Buffers want(k, g.n, 11), got(k, g.n, 11);
-      // An element no thread writes keeps this pattern and fails the check.
-      for (auto& out : got.out) std::fill(out.begin(), out.end(), char{0x7b});
-      ASSERT_TRUE(kir::Interpret(k, g.n, want.in_ptrs, want.out_ptrs, want.scalars).ok());
-      fn(g.n, got.in_ptrs.data(), got.out_ptrs.data(), got.scalars.data(), g.grid, g.block);
-      for (size_t o = 0; o < k.outputs.size(); ++o) {
-        int64_t where = -1;
-        EXPECT_EQ(MaxUlp(k, o, want, got, g.n, &where), 0)
-            << k.name << " output " << k.outputs[o].name << " n=" << g.n << " at " << where
-            << "\n" << kir::Print(k);
-      }
-    }
-  }
-  dlclose(lib);
-  std::filesystem::remove_all(dir);
+  testing::ExpectHostShimGridRunsMatchInterpreter(AllKernels());
 }
 
 TEST(CudaCodegen, PtxCacheHitsAreVerified) {
-  const std::string dir = MakeTempDir("mf_cuda_cache");
+  const std::string dir = testing::MakeTempDir("mf_cuda_cache");
   ASSERT_FALSE(dir.empty());
   auto cache = runtime::KernelCache::Open(dir);
   ASSERT_TRUE(cache.ok()) << cache.status();

@@ -25,7 +25,9 @@ inline kir::Kernel RandomKernel(uint32_t seed, int num_ops = 24) {
   for (int j = 0; j < num_inputs; ++j) {
     const int d = pick(2);
     const auto access = static_cast<kir::Access>(pick(4));
-    pool[d].push_back(b.Input("in" + std::to_string(j), dtype(d), access, 1 + pick(9)));
+    const bool blocked = access == kir::Access::kInner || access == kir::Access::kOuter;
+    const int64_t inner = 1 + pick(9);
+    pool[d].push_back(b.Input("in" + std::to_string(j), dtype(d), access, blocked ? inner : 1));
   }
   for (int j = 0, s = pick(3); j < s; ++j) {
     const int d = pick(2);
