@@ -4,104 +4,36 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "compiler/codegen/c_renderer.h"
 
 namespace metafuse::codegen {
 namespace {
 
-using kir::Access;
 using kir::DType;
 using kir::Kernel;
-using kir::Node;
-using kir::Op;
 
-const char* Ty(DType t) { return t == DType::kF32 ? "float" : "double"; }
+const char* Ty(DType t) { return CRenderer::TypeName(t); }
 
-// An exact C++ literal of dtype t: hexadecimal floats, builtins for inf/nan.
-std::string Literal(double v, DType t) {
-  const bool f = t == DType::kF32;
-  if (std::isnan(v)) return f ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")";
-  if (std::isinf(v)) {
+// Host C++: <cmath>'s functions, kernel_math.h pasted into the prelude.
+class CppRenderer : public CRenderer {
+ protected:
+  std::string MathName(MathFn fn, DType) const override {
+    switch (fn) {
+      case MathFn::kLog: return "std::log";
+      case MathFn::kTanh: return "std::tanh";
+      case MathFn::kSqrt: return "std::sqrt";
+      case MathFn::kFabs: return "std::fabs";
+      case MathFn::kPow: return "std::pow";
+    }
+    return "";
+  }
+  std::string ExpName(DType) const override { return "mf_kernel_math::Exp"; }
+  std::string SpecialLiteral(double v, DType t) const override {
+    const bool f = t == DType::kF32;
+    if (std::isnan(v)) return f ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")";
     return absl::StrCat(v < 0 ? "-" : "", f ? "__builtin_inff()" : "__builtin_inf()");
   }
-  return absl::StrCat("(", absl::StrFormat("%a", v), f ? "f" : "", ")");
-}
-
-const char* CmpOp(kir::Cmp c) {
-  switch (c) {
-    case kir::Cmp::kGt: return ">";
-    case kir::Cmp::kLt: return "<";
-    case kir::Cmp::kGe: return ">=";
-    case kir::Cmp::kLe: return "<=";
-    case kir::Cmp::kEq: return "==";
-  }
-  return ">";
-}
-
-std::string Expr(const Kernel& k, int id) {
-  const Node& n = k.nodes[id];
-  const DType t = n.dtype;
-  const std::string T = Ty(t);
-  auto a = [&](int i) { return absl::StrCat("v", n.args[i]); };
-  const std::string one = absl::StrCat(T, "(1)"), zero = absl::StrCat(T, "(0)");
-  switch (n.op) {
-    case Op::kInput: {
-      const kir::InputSpec& in = k.inputs[n.index];
-      switch (in.access) {
-        case Access::kElement: return absl::StrCat("in", n.index, "[i]");
-        case Access::kBroadcast: return absl::StrCat("b", n.index);
-        case Access::kInner: return absl::StrCat("in", n.index, "[i % ", in.inner, "]");
-        case Access::kOuter: return absl::StrCat("in", n.index, "[i / ", in.inner, "]");
-      }
-      return "";
-    }
-    case Op::kScalar: return absl::StrCat("s", n.index);
-    case Op::kConst: return Literal(n.value, t);
-    case Op::kCast: return absl::StrCat("static_cast<", T, ">(", a(0), ")");
-    case Op::kNeg: return absl::StrCat("-", a(0));
-    case Op::kExp: return absl::StrCat("mf_kernel_math::Exp(", a(0), ")");
-    case Op::kLog: return absl::StrCat("std::log(", a(0), ")");
-    case Op::kTanh: return absl::StrCat("std::tanh(", a(0), ")");
-    case Op::kSigmoid:
-      return absl::StrCat(one, " / (", one, " + mf_kernel_math::Exp(-", a(0), "))");
-    case Op::kRelu: return absl::StrCat(a(0), " < ", zero, " ? ", zero, " : ", a(0));
-    case Op::kSqrt: return absl::StrCat("std::sqrt(", a(0), ")");
-    case Op::kRsqrt: return absl::StrCat(one, " / std::sqrt(", a(0), ")");
-    case Op::kAbs: return absl::StrCat("std::fabs(", a(0), ")");
-    case Op::kPowConst: {
-      const std::string x = a(0);
-      switch (kir::PowFormFor(n.value)) {
-        case kir::PowForm::kOne: return x;
-        case kir::PowForm::kSquare: return absl::StrCat(x, " * ", x);
-        case kir::PowForm::kCube: return absl::StrCat(x, " * ", x, " * ", x);
-        case kir::PowForm::kSqrt: return absl::StrCat("std::sqrt(", x, ")");
-        case kir::PowForm::kRecip: return absl::StrCat(one, " / ", x);
-        case kir::PowForm::kRsqrt: return absl::StrCat(one, " / std::sqrt(", x, ")");
-        case kir::PowForm::kCall:
-          return absl::StrCat("std::pow(", x, ", ",
-                              Literal(t == DType::kF32
-                                          ? static_cast<double>(static_cast<float>(n.value))
-                                          : n.value,
-                                      t),
-                              ")");
-      }
-      return x;
-    }
-    case Op::kAdd: return absl::StrCat(a(0), " + ", a(1));
-    case Op::kSub: return absl::StrCat(a(0), " - ", a(1));
-    case Op::kMul: return absl::StrCat(a(0), " * ", a(1));
-    case Op::kDiv: return absl::StrCat(a(0), " / ", a(1));
-    case Op::kMax:
-      return absl::StrCat(a(0), " != ", a(0), " ? ", a(0), " : (", a(0), " > ", a(1), " ? ",
-                          a(0), " : ", a(1), ")");
-    case Op::kMin:
-      return absl::StrCat(a(0), " != ", a(0), " ? ", a(0), " : (", a(0), " < ", a(1), " ? ",
-                          a(0), " : ", a(1), ")");
-    case Op::kSelect:
-      return absl::StrCat("(", a(0), " ", CmpOp(n.cmp), " ", a(1), ") ? ", a(2), " : ", a(3));
-  }
-  return "";
-}
+};
 
 }  // namespace
 
@@ -143,23 +75,12 @@ absl::StatusOr<std::string> PrintCppKernel(const Kernel& k) {
     absl::StrAppend(&src, "  const ", T, " s", j, " = static_cast<", T, ">(scalars[", j,
                     "]);  // ", k.scalars[j].name, "\n");
   }
-  absl::StrAppend(&src, "  if (begin >= end) return;\n");
-  for (size_t j = 0; j < k.inputs.size(); ++j) {
-    if (k.inputs[j].access == Access::kBroadcast) {
-      absl::StrAppend(&src, "  const ", Ty(k.inputs[j].dtype), " b", j, " = in", j, "[0];\n");
-    }
-  }
+  const CppRenderer renderer;
+  absl::StrAppend(&src, "  if (begin >= end) return;\n", renderer.BroadcastLoads(k, "  "));
   absl::StrAppend(&src,
                   "#pragma omp parallel for simd schedule(static)\n"
                   "  for (int64_t i = begin; i < end; ++i) {\n");
-  for (int id : kir::LiveTopologicalOrder(k)) {
-    absl::StrAppend(&src, "    const ", Ty(k.nodes[id].dtype), " v", id, " = ", Expr(k, id),
-                    ";\n");
-  }
-  for (size_t j = 0; j < k.outputs.size(); ++j) {
-    absl::StrAppend(&src, "    out", j, "[i] = v", k.outputs[j].node, ";\n");
-  }
-  absl::StrAppend(&src, "  }\n}\n\n");
+  absl::StrAppend(&src, renderer.LoopBody(k, "    "), "  }\n}\n\n");
   return src;
 }
 
