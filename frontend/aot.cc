@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/artifact_archive.h"
 #include "runtime/autograd_node.h"
+#include "runtime/host_object_code.h"
 #include "runtime/program_serialization.h"
 
 namespace metafuse::aot {
@@ -102,6 +103,9 @@ absl::StatusOr<Artifact> Artifact::Load(const std::string& path) {
   }
   auto program = runtime::DeserializeProgram(members->at("program.bin"));
   if (!program.ok()) return Refuse(path, std::string(program.status().message()));
+  if (absl::Status s = runtime::CheckObjectTargets(*program); !s.ok()) {
+    return Refuse(path, std::string(s.message()));
+  }
   a.program_ = std::make_shared<runtime::ExecutableProgram>(*std::move(program));
 
   // runner.pt: the flat tensors (Python's members hold pytrees).

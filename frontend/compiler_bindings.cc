@@ -15,6 +15,8 @@
 #include "compiler/lower_to_program.h"
 #include "compiler/pipeline.h"
 #include "runtime/program_serialization.h"
+#include "runtime/fused_kernel_launch.h"
+#include "runtime/host_object_code.h"
 #include "runtime/memory_meter.h"
 #include "runtime/profiler.h"
 
@@ -156,7 +158,27 @@ void BindCompiler(py::module_& parent) {
       .def_readonly("versions", &runtime::CompiledProgram::versions)
       .def_property_readonly("num_kernels", [](const runtime::CompiledProgram& p) {
         return p.forward.kernels.size() + p.backward.kernels.size();
+      })
+      // Host object code of every kernel, for artifacts (runtime/host_object_code.h).
+      .def("attach_object_code", [](runtime::CompiledProgram& p) { runtime::AttachObjectCode(p); })
+      .def("check_object_targets", [](const runtime::CompiledProgram& p) {
+        absl::Status s = runtime::CheckObjectTargets(p);
+        if (!s.ok()) throw py::value_error(std::string(s.message()));
+      })
+      .def_property_readonly("object_targets", [](const runtime::CompiledProgram& p) {
+        std::vector<std::string> targets;
+        for (const auto* code : {&p.forward, &p.backward}) {
+          for (const auto& k : code->kernels) targets.push_back(k.object_target);
+        }
+        return targets;
       });
+  m.def("fused_kernel_stats", [] {
+    const runtime::FusedKernelStats s = runtime::GetFusedKernelStats();
+    return py::dict(py::arg("compiled") = s.kernels_compiled,
+                    py::arg("from_disk") = s.kernels_from_disk,
+                    py::arg("from_memory") = s.kernels_from_memory,
+                    py::arg("from_artifact") = s.kernels_from_artifact);
+  });
   m.def("deserialize_program", [](const py::bytes& bytes) {
     auto p = runtime::DeserializeProgram(std::string(bytes));
     if (!p.ok()) throw py::value_error(p.status().ToString());

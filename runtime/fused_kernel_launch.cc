@@ -50,8 +50,9 @@ std::shared_ptr<const JitKernel> GetKernel(const KernelCode& code) {
   auto compiled = JitKernel::Create(code, DiskCache(), jit);
   TORCH_CHECK(compiled.ok(), "metafuse: compiling fused kernel ", code.name, " failed: ",
               compiled.status().ToString());
-  ++((*compiled)->cache_hit() ? registry_stats.kernels_from_disk
-                              : registry_stats.kernels_compiled);
+  ++(!code.object_code.empty() ? registry_stats.kernels_from_artifact
+     : (*compiled)->cache_hit() ? registry_stats.kernels_from_disk
+                                : registry_stats.kernels_compiled);
   std::shared_ptr<const JitKernel> shared(std::move(*compiled));
   registry->emplace(code.llvm_ir, shared);
   return shared;
@@ -102,6 +103,8 @@ FusedKernelStats GetFusedKernelStats() {
   std::lock_guard<std::mutex> lock(registry_mutex);
   return registry_stats;
 }
+
+std::string KernelObjectCode(const KernelCode& code) { return GetKernel(code)->object_code(); }
 
 void LoadKernels(const ProgramCode& code) {
   for (const KernelCode& kernel : code.kernels) GetKernel(kernel);

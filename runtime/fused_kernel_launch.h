@@ -19,6 +19,7 @@ struct FusedKernelStats {
   int64_t kernels_compiled = 0;     // LLVM ran
   int64_t kernels_from_disk = 0;    // object file from the disk cache
   int64_t kernels_from_memory = 0;  // already in this process
+  int64_t kernels_from_artifact = 0;  // the program value's host object code
 };
 
 // Throws c10::Error naming the kernel if it cannot be loaded.
@@ -27,6 +28,9 @@ torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& kernel, const Laun
 // Loads every kernel of `code` into the process registry (throws c10::Error
 // naming the first that does not compile).
 void LoadKernels(const ProgramCode& code);
+
+// The host object code of `code`'s kernel (loading or compiling it first).
+std::string KernelObjectCode(const KernelCode& code);
 
 // Process-wide counts, for tests and benchmarks.
 FusedKernelStats GetFusedKernelStats();

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/Host.h"
@@ -55,6 +57,27 @@ std::string LlvmHostTarget() {
   return target;
 }
 
+absl::Status HostCanRun(const std::string& object_target) {
+  const std::string host = LlvmHostTarget();
+  if (object_target == host) return absl::OkStatus();
+  auto features = [](const std::string& target) {
+    const size_t space = target.find(' ');
+    std::vector<std::string> list = absl::StrSplit(
+        space == std::string::npos ? "" : target.substr(space + 1), ',', absl::SkipEmpty());
+    return std::set<std::string>(list.begin(), list.end());
+  };
+  const std::set<std::string> have = features(host);
+  std::vector<std::string> missing;
+  for (const std::string& f : features(object_target)) {
+    if (!have.count(f)) missing.push_back(f);
+  }
+  if (missing.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "its object code was compiled for CPU '", object_target.substr(0, object_target.find(' ')),
+      "' with features this CPU ('", host.substr(0, host.find(' ')), "') lacks: ",
+      absl::StrJoin(missing, ", ")));
+}
+
 std::string LlvmCodegenVersions() {
   return absl::StrCat("metafuse jit_kernel 3 (object file of the printed module) / llvm ",
                       LLVM_VERSION_STRING);
@@ -81,12 +104,22 @@ absl::StatusOr<std::unique_ptr<JitKernel>> JitKernel::Create(const KernelCode& c
   k->jit_ = std::move(jit);
   const std::string symbol = "mf_" + code.name;
 
+  if (!code.object_code.empty()) {  // from an artifact: link, no LLVM
+    if (absl::Status s = HostCanRun(code.object_target); !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("kernel '", code.name, "': ", s.message(), "; recompile the artifact"));
+    }
+    if (absl::Status s = k->jit_->AddObjectFile(symbol, code.object_code); !s.ok()) return s;
+    k->cache_hit_ = true;
+    k->object_ = code.object_code;
+  }
   std::optional<KernelKey> key;
-  if (cache != nullptr) {
+  if (cache != nullptr && !k->cache_hit_) {
     key = KernelKey{code.llvm_ir, LlvmHostTarget(), LlvmCodegenVersions()};
     if (std::optional<std::string> object = cache->Lookup(*key); object && !object->empty()) {
       if (absl::Status s = k->jit_->AddObjectFile(symbol, *object); !s.ok()) return s;
       k->cache_hit_ = true;
+      k->object_ = *std::move(object);
     }
   }
   if (!k->cache_hit_) {
@@ -97,10 +130,13 @@ absl::StatusOr<std::unique_ptr<JitKernel>> JitKernel::Create(const KernelCode& c
   auto fn = k->jit_->Lookup(symbol);  // compiles the module on a miss
   if (!fn.ok()) return fn.status();
   k->fn_ = reinterpret_cast<Fn>(*fn);
-  if (key && !k->cache_hit_) {
+  if (!k->cache_hit_) {
     auto emitted = k->jit_->ObjectFile(symbol);
     if (!emitted.ok()) return emitted.status();
-    if (absl::Status s = cache->Store(*key, *emitted); !s.ok()) return s;
+    k->object_ = *emitted;
+    if (key) {
+      if (absl::Status s = cache->Store(*key, *emitted); !s.ok()) return s;
+    }
   }
   k->compile_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -24,6 +24,10 @@ namespace metafuse::runtime {
 // The cache-key parts for LLVM-compiled kernels: the host CPU name and its
 // enabled features, and the code generator + LLVM versions.
 std::string LlvmHostTarget();
+// Whether object code made for `object_target` (an LlvmHostTarget() string)
+// runs here: every CPU feature it was compiled with is present. The error
+// names the features this CPU lacks.
+absl::Status HostCanRun(const std::string& object_target);
 std::string LlvmCodegenVersions();
 
 class JitKernel {
@@ -37,6 +41,8 @@ class JitKernel {
   // artifact is the object file LLVM emitted for the host: a hit skips
   // optimization and code generation and only links the object
   // (optimized_ir() is then empty).
+  // A `code` carrying object_code links it (no LLVM) when this CPU can run
+  // it (HostCanRun), and fails with the reason when it cannot.
   static absl::StatusOr<std::unique_ptr<JitKernel>> Create(const KernelCode& code,
                                                            KernelCache* cache = nullptr);
   // The same, adding the kernel to `jit`, shared with other kernels (one JIT
@@ -58,6 +64,9 @@ class JitKernel {
                     const double* scalars, int64_t grain = kDefaultGrain) const;
 
   Fn function() const { return fn_; }
+  // The host object file this kernel runs (from LLVM, the cache or the
+  // program value's object_code).
+  const std::string& object_code() const { return object_; }
   const KernelCode& code() const { return code_; }
   // The module after LLVM's O2 pipeline for the host (vector types show
   // that the loop vectorized); empty after a cache hit.
@@ -72,6 +81,7 @@ class JitKernel {
   Fn fn_ = nullptr;
   std::string optimized_ir_;
   bool cache_hit_ = false;
+  std::string object_;
   double compile_seconds_ = 0;
 };
 

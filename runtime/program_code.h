@@ -39,6 +39,11 @@ struct KernelCode {
   std::vector<c10::ScalarType> output_dtypes;
   int64_t num_scalars = 0;
   std::vector<std::string> input_names, output_names;  // for error messages
+  // Host object code LLVM emitted for `llvm_ir` on a CPU described by
+  // `object_target` (LlvmHostTarget(): name and features), attached when an
+  // ahead-of-time artifact is saved (runtime/host_object_code.h); a loading
+  // process links it instead of running LLVM. Empty: JIT from llvm_ir.
+  std::string object_code, object_target;
 };
 
 // How one fused-kernel instruction binds its operands to its kernel. A

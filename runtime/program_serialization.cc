@@ -1,5 +1,6 @@
 #include "runtime/program_serialization.h"
 
+#include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include "absl/strings/str_cat.h"
@@ -11,7 +12,7 @@ using c10::IValue;
 using List = c10::impl::GenericList;
 
 constexpr const char* kMagic = "metafuse-program";
-constexpr int64_t kFormat = 2;  // 2: constants carry the wrapped-number flag
+constexpr int64_t kFormat = 3;  // 2: wrapped-number flags; 3: kernels' host object code
 
 // ---- writing: every struct is a list of its fields, in declaration order.
 
@@ -39,6 +40,11 @@ IValue Write(const KernelCode& k) {
   l.push_back(k.num_scalars);
   l.push_back(c10::List<std::string>(k.input_names));
   l.push_back(c10::List<std::string>(k.output_names));
+  l.push_back(k.object_target);
+  // Bytes as a uint8 tensor: the pickler's strings are text.
+  l.push_back(at::from_blob(const_cast<char*>(k.object_code.data()),
+                            {static_cast<int64_t>(k.object_code.size())}, at::kByte)
+                  .clone());
   return l;
 }
 
@@ -213,6 +219,17 @@ KernelCode ReadKernel(Reader& r) {
   k.num_scalars = r.Int("num_scalars");
   k.input_names = r.Strings("input_names");
   k.output_names = r.Strings("output_names");
+  k.object_target = r.String("object_target");
+  const IValue& object = r.Next("object_code");
+  if (!object.isTensor() || object.toTensor().scalar_type() != at::kByte ||
+      object.toTensor().dim() != 1) {
+    throw Reader::Bad(r.Here() + " is not a 1-D uint8 tensor");
+  }
+  const at::Tensor bytes = object.toTensor().contiguous();
+  k.object_code.assign(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
+  if (k.object_code.empty() != k.object_target.empty()) {
+    throw Reader::Bad(r.Here() + ": object code without its target, or a target without code");
+  }
   if (k.input_access.size() != k.input_dtypes.size() ||
       k.input_inner.size() != k.input_dtypes.size()) {
     throw Reader::Bad(r.Here() + ": per-input fields of different lengths");

@@ -108,6 +108,7 @@ def _save(compiled, path, example_args, job_section=None, job_payload=None, runn
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"metafuse.aot.save: `path` must be a file name, got {path!r}")
     value = compiled.program(*example_args)
+    value.attach_object_code()  # a loading process links it, no LLVM run
     _, leaves = compiled._entry_and_leaves(example_args)
     arg_leaves, arg_spec = _tree.flatten(list(example_args))
     closed = [t.detach().clone() for t in leaves[len(arg_leaves):]]
@@ -346,6 +347,7 @@ def read(path):
                                 "again")
     try:
         program = _core.deserialize_program(members["program.bin"])
+        program.check_object_targets()  # the CPU its object code was made for
     except ValueError as exc:
         raise ArtifactError(f"metafuse.aot.load: {path}: {exc}") from None
     constants = torch.load(io.BytesIO(members["constants.pt"]))

@@ -9,6 +9,8 @@
 
 #include "compiler/compiled_inner_loop.h"
 #include "runtime/autograd_node.h"
+#include "runtime/host_object_code.h"
+#include "runtime/jit_kernel.h"
 #include "runtime/program_serialization.h"
 
 namespace metafuse::compiler {
@@ -138,6 +140,45 @@ TEST(ProgramValue, OutOfRangeRegistersAreRefused) {
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(loaded.status().ToString().find("out of range"), std::string::npos)
       << loaded.status();
+}
+
+// Artifacts carry each kernel's host object code: it survives serialization
+// byte for byte, a program loaded with it runs bit-identically, and object
+// code made for a CPU feature this machine lacks is refused (by the check
+// artifacts run on load, and by the kernel loader itself), naming the feature.
+TEST(ProgramValue, HostObjectCodeRoundTripsAndAForeignCpuIsRefused) {
+  Task task = MakeTask();
+  auto loop = CompileTask(task);
+  runtime::CompiledProgram value = loop->function().ProgramFor(task.Inputs());
+  ASSERT_GT(value.forward.kernels.size(), 0u);
+  runtime::AttachObjectCode(value);
+  const runtime::KernelCode& first = value.forward.kernels[0];
+  EXPECT_GT(first.object_code.size(), 100u);
+  EXPECT_EQ(first.object_target, runtime::LlvmHostTarget());
+  auto loaded = runtime::DeserializeProgram(runtime::SerializeProgram(value));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->forward.kernels[0].object_code, first.object_code);
+  EXPECT_TRUE(runtime::CheckObjectTargets(*loaded).ok());
+  auto expected = runtime::RunDifferentiable(
+      std::make_shared<runtime::ExecutableProgram>(value), task.Inputs());
+  auto got = runtime::RunDifferentiable(
+      std::make_shared<runtime::ExecutableProgram>(*loaded), task.Inputs());
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(torch::equal(got[i], expected[i]));
+
+  runtime::CompiledProgram foreign = *loaded;
+  foreign.backward.kernels.at(0).object_target += ",mf-imaginary-feature";
+  absl::Status refused = runtime::CheckObjectTargets(
+      *runtime::DeserializeProgram(runtime::SerializeProgram(foreign)));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.ToString().find("lacks: mf-imaginary-feature"), std::string::npos)
+      << refused;
+  EXPECT_NE(refused.ToString().find("recompile"), std::string::npos) << refused;
+  runtime::KernelCode renamed = foreign.backward.kernels.at(0);
+  renamed.name += "_foreign";  // not in the process registry
+  auto kernel = runtime::JitKernel::Create(renamed);
+  ASSERT_FALSE(kernel.ok());
+  EXPECT_NE(kernel.status().ToString().find("mf-imaginary-feature"), std::string::npos);
 }
 
 }  // namespace

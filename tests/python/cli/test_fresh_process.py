@@ -57,16 +57,23 @@ def test_meta_gradients_are_bit_equal_in_a_fresh_process(tmp_path):
         out = [fast[k].detach() for k in sorted(fast)]
         out += torch.autograd.grad(query, [params[k] for k in sorted(params)])
         torch.save(out, {str(tmp_path / 'there.pt')!r})
+        torch.save(mf._C._compiler.fused_kernel_stats(), {str(tmp_path / 'stats.pt')!r})
     """)
     # The child inherits this environment: OpenBLAS picks its GEMM kernels
     # from OPENBLAS_CORETYPE, and other kernels round differently.
+    # An empty kernel cache: the artifact's host object code is all there is.
+    empty_cache = tmp_path / "empty-cache"
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, PYTHONPATH=PACKAGE))
+                          timeout=300, env=dict(os.environ, PYTHONPATH=PACKAGE,
+                                                XDG_CACHE_HOME=str(empty_cache)))
     assert done.returncode == 0, done.stderr
     there = torch.load(tmp_path / "there.pt")
     assert len(there) == len(here) == 12
     for a, b in zip(here, there):
         assert a.dtype == F64 and torch.equal(a, b)
+    stats = torch.load(tmp_path / "stats.pt")
+    assert stats["compiled"] == 0, stats  # LLVM never ran in the loading process
+    assert stats["from_artifact"] > 0, stats
 
 
 def test_job_losses_are_bit_equal_to_the_compiled_step(tmp_path):
