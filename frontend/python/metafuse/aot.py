@@ -40,6 +40,7 @@ import torch
 
 from metafuse import _C
 from metafuse import tree as _tree
+from metafuse.batching import BatchedFunction
 from metafuse.compiler import CompiledFunction, CompiledInnerLoop
 
 _core = _C._compiler
@@ -101,9 +102,11 @@ def save(compiled, path, *example_args):
 def _save(compiled, path, example_args, job_section=None, job_payload=None, runner=None):
     """save(), with an optional job section (manifest) and job.pt member;
     ``runner`` adds the job's flat tensors to runner.pt."""
+    if isinstance(compiled, BatchedFunction):  # metafuse.vmap: its program for these args
+        compiled = compiled.compiled_function(*example_args)
     if not isinstance(compiled, (CompiledInnerLoop, CompiledFunction)):
         raise TypeError("metafuse.aot.save: `compiled` must be a result of "
-                        "compile_inner_loop or compile, got "
+                        "compile_inner_loop, compile or vmap, got "
                         f"{type(compiled).__name__}")
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"metafuse.aot.save: `path` must be a file name, got {path!r}")

@@ -110,6 +110,11 @@ class BatchedFunction:
         size = self._batch_size(args, dims)
         if self.chunk_size is not None and self.chunk_size < size:
             return self._in_chunks(args, dims, size)
+        return self._program_for(args, dims)(*args)
+
+    def _program_for(self, args, dims):
+        """The CompiledFunction for these arguments' mapping and the
+        arguments that require grad (made on first use)."""
         shared_grad = tuple(
             i for i, (arg, dim) in enumerate(zip(args, dims))
             if dim is None and any(isinstance(t, torch.Tensor) and t.requires_grad
@@ -122,7 +127,7 @@ class BatchedFunction:
         if program is None:
             program = self._make_program(dims, shared_grad, argnums=key[2])
             self._programs[key] = program
-        return program(*args)
+        return program
 
     def _make_program(self, dims, shared_grad, argnums):
         inner_dims = tuple(0 if i in shared_grad else d for i, d in enumerate(dims))
@@ -165,6 +170,18 @@ class BatchedFunction:
                     else (self.out_dims,) * len(leaves[0]))
         return _tree.unflatten(spec, [torch.stack([task[j] for task in leaves], dim=d)
                                       for j, d in enumerate(out_dims)])
+
+    def compiled_function(self, *args):
+        """The metafuse.compile function that runs a call with ``args`` (what
+        metafuse.aot.save saves for a vmap).
+
+        Raises:
+            ValueError: ``chunk_size`` splits this call into several programs."""
+        dims = self._dims_per_argument(args)
+        if self.chunk_size is not None and self.chunk_size < self._batch_size(args, dims):
+            raise ValueError("metafuse.vmap: a call split by chunk_size runs several programs; "
+                             "save a vmap without chunk_size")
+        return self._program_for(args, dims)
 
     def _in_chunks(self, args, dims, size):
         """chunk_size tasks per call, outputs concatenated in task order."""

@@ -144,5 +144,5 @@ def test_not_an_artifact(tmp_path):
     path.write_bytes(b"hello")
     with pytest.raises(aot.ArtifactError, match="not a metafuse artifact"):
         aot.load(str(path))
-    with pytest.raises(TypeError, match="compile_inner_loop or compile"):
+    with pytest.raises(TypeError, match="compile_inner_loop, compile or vmap"):
         aot.save(lambda: 0, str(tmp_path / "y.mfa"))

@@ -228,3 +228,17 @@ def test_mismatched_task_counts_are_an_error():
         batched(torch.zeros(3, 2), torch.zeros(4, 2))
     with pytest.raises(ValueError, match="in_dims"):
         mf.vmap(lambda a, b: a + b, in_dims=(0,))(torch.zeros(3), torch.zeros(3))
+
+
+def test_a_vmap_saves_and_loads_as_an_artifact(tmp_path):
+    params, loss_fn = regression_problem()
+    adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.05), steps=2)
+    batched = mf.vmap(lambda p, xs, ys, xq, yq: loss_fn(adapt(p, xs, ys), xq, yq),
+                      in_dims=(None, 0, 0, 0, 0))
+    tasks = regression_tasks()
+    path = str(tmp_path / "batched.mfa")
+    mf.aot.save(batched, path, params, *tasks)
+    loaded = mf.aot.load(path)
+    got, want = loaded(params, *tasks), batched(params, *tasks)
+    assert torch.equal(got, want)
+    assert_all_close(meta_gradient(got, params), meta_gradient(want, params), rtol=0, atol=0)
