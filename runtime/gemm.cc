@@ -4,7 +4,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUFunctions.h>
-#include <ATen/Parallel.h>
 
 #include "runtime/buffer_ownership.h"
 
@@ -124,22 +123,20 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
       stack.back() = std::move(c);
       return;
     }
-    // One GEMM per task; tasks are split across threads (each product is
-    // small: the BLAS would run it on one thread anyway).
-    const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, m * n * k));
-    at::parallel_for(0, batch, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        if (a.scalar_type() == at::kFloat) {
-          RowMajorGemm<float>(blas.sgemm, fa, fb, m, n, k, a.data_ptr<float>() + i * m * k,
-                              b.data_ptr<float>() + i * k * n, static_cast<float>(beta),
-                              c.data_ptr<float>() + i * m * n);
-        } else {
-          RowMajorGemm<double>(blas.dgemm, fa, fb, m, n, k, a.data_ptr<double>() + i * m * k,
-                               b.data_ptr<double>() + i * k * n, beta,
-                               c.data_ptr<double>() + i * m * n);
-        }
+    // One GEMM per task, one after another: the BLAS LibTorch loads here
+    // (Debian's serial OpenBLAS) shares its work buffers between calls, so
+    // concurrent calls from several threads corrupt each other's results.
+    for (int64_t i = 0; i < batch; ++i) {
+      if (a.scalar_type() == at::kFloat) {
+        RowMajorGemm<float>(blas.sgemm, fa, fb, m, n, k, a.data_ptr<float>() + i * m * k,
+                            b.data_ptr<float>() + i * k * n, static_cast<float>(beta),
+                            c.data_ptr<float>() + i * m * n);
+      } else {
+        RowMajorGemm<double>(blas.dgemm, fa, fb, m, n, k, a.data_ptr<double>() + i * m * k,
+                             b.data_ptr<double>() + i * k * n, beta,
+                             c.data_ptr<double>() + i * m * n);
       }
-    });
+    }
     stack.back() = std::move(c);
   };
 }

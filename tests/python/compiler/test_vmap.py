@@ -242,3 +242,23 @@ def test_a_vmap_saves_and_loads_as_an_artifact(tmp_path):
     got, want = loaded(params, *tasks), batched(params, *tasks)
     assert torch.equal(got, want)
     assert_all_close(meta_gradient(got, params), meta_gradient(want, params), rtol=0, atol=0)
+
+
+def test_two_threads_give_the_same_meta_gradient():
+    """Regression: the batched GEMM once split its tasks across threads, and
+    concurrent calls into Debian's serial OpenBLAS corrupt each other (wrong
+    meta-gradients at 2 threads, differently on every call)."""
+    params, loss_fn = regression_problem()
+    adapt = mf.compile_inner_loop(loss_fn, mf.adam(0.01, eps_root=1e-10), steps=3)
+    task_loss = mf.vmap(lambda p, xs, ys, xq, yq: loss_fn(adapt(p, xs, ys), xq, yq),
+                        in_dims=(None, 0, 0, 0, 0))
+    xs, ys, xq, yq = (torch.cat([t] * 6) for t in regression_tasks())  # 24 tasks
+    expected = meta_gradient(torch.stack([
+        loss_fn(adapt._eager(params, (xs[t], ys[t])), xq[t], yq[t]) for t in range(24)]), params)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for _ in range(4):
+            assert_all_close(meta_gradient(task_loss(params, xs, ys, xq, yq), params), expected)
+    finally:
+        torch.set_num_threads(threads)
