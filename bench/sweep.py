@@ -517,6 +517,40 @@ def table(result):
     return "\n".join(lines)
 
 
+def speedup(cells, name, base):
+    a, b = cells[base].get("median_ms"), cells[name].get("median_ms")
+    return a / b if a and b else None
+
+
+def summary(result):
+    """The issue's targets and every compiled cell slower than eager."""
+    lines = []
+    for key, by_threads in result["cells"].items():
+        for threads, cells in by_threads.items():
+            for name in COMPILED:
+                s = speedup(cells, name, "eager metafuse")
+                if s is not None and s < 1:
+                    lines.append(f"- slower than eager: {key}, {threads} thread(s), {name} "
+                                 f"({s:.2f}x)")
+    checks = [("sinusoid/sgd", "compiled batched", "eager metafuse", 25),
+              ("sinusoid/sgd", "compiled batched", "functorch vmap", 5),
+              ("conv/sgd", "compiled batched", "plain PyTorch", 2),
+              ("conv/sgd", "compiled per task", "plain PyTorch", 2)]
+    for key, name, base, target in checks:
+        for threads, cells in result["cells"].get(key, {}).items():
+            s = speedup(cells, name, base)
+            verdict = "-" if s is None else ("met" if s >= target else "NOT met")
+            lines.append(f"- target {key} {name} >= {target}x {base}, {threads} thread(s): "
+                         f"{fmt(s, '.2f')}x, {verdict}")
+    for key, memory in result["memory"].items():
+        eager = memory.get("eager metafuse", {}).get("peak_tensor_mib")
+        batched = memory.get("compiled batched", {}).get("peak_tensor_mib")
+        if eager is not None and batched is not None:
+            lines.append(f"- memory {key}: compiled batched {batched:.2f} MiB vs eager "
+                         f"{eager:.2f} MiB, {'met' if batched <= eager else 'NOT met'}")
+    return "\n".join(lines)
+
+
 def csv(value):
     return [s for s in value.split(",") if s]
 
@@ -534,6 +568,8 @@ def main():
     parser.add_argument("--no-memory", action="store_true",
                         help="skip the peak-memory processes")
     parser.add_argument("--json", help="also write the measurements to this file")
+    parser.add_argument("--table-from", metavar="JSON",
+                        help="print the table and summary of an earlier --json file")
     parser.add_argument("--child-threads", help=argparse.SUPPRESS)
     parser.add_argument("--memory-variant", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -547,6 +583,12 @@ def main():
         parser.error("--repeats must be >= 1")
     if args.child_threads is not None:
         child(args)
+        return
+    if args.table_from:
+        with open(args.table_from) as f:
+            result = json.load(f)
+        print(table(result))
+        print(summary(result))
         return
 
     load = os.getloadavg()
@@ -574,6 +616,7 @@ def main():
           f"load average {load[0]:.2f} at the start, "
           f"{result['load_average_end'][0]:.2f} at the end, {result['wall_s']:.0f} s")
     print(table(result))
+    print(summary(result))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
