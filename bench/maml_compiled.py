@@ -97,7 +97,10 @@ def functorch_step(net, outer, tasks):
     outer.zero_grad()
 
     def loss_fn(p, x, y):
-        return torch.nn.functional.mse_loss(functorch.functional_call(net, p, x), y)
+        # functorch 1.13 has no functional_call; torch's stateless one works
+        # under its transforms.
+        out = torch.nn.utils.stateless.functional_call(net, p, (x,))
+        return torch.nn.functional.mse_loss(out, y)
 
     def task(p, xs, ys, xq, yq):
         for _ in range(INNER_STEPS):
