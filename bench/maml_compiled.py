@@ -28,7 +28,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -98,7 +97,10 @@ def functorch_step(net, outer, tasks):
     outer.zero_grad()
 
     def loss_fn(p, x, y):
-        return torch.nn.functional.mse_loss(torch.nn.utils.stateless.functional_call(net, p, x), y)
+        # functorch 1.13 has no functional_call; torch's stateless one works
+        # under its transforms.
+        out = torch.nn.utils.stateless.functional_call(net, p, (x,))
+        return torch.nn.functional.mse_loss(out, y)
 
     def task(p, xs, ys, xq, yq):
         for _ in range(INNER_STEPS):
@@ -208,20 +210,15 @@ def child_memory(variant, iterations):
     peak of live CPU tensor bytes above the level at its start, counted
     exactly by a wrapper around c10's CPU allocator (every allocation: eager
     ops, autograd, compiled instructions, fused-kernel outputs)."""
-    from metafuse._C import _compiler as core
-    core.install_memory_meter()
+    import tensor_memory
+    tensor_memory.install()
     torch.set_num_threads(THREADS)
     v = Variant(variant)
     generator = torch.Generator().manual_seed(1)
     for _ in range(iterations - 1):
         v.step(sample_tasks(generator))
     tasks = sample_tasks(generator)
-    core.reset_peak_memory()
-    start = core.memory_stats()["live_bytes"]
-    v.step(tasks)
-    stats = core.memory_stats()
-    return {"peak_tensor_mib": (stats["peak_bytes"] - start) / 2**20,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return tensor_memory.peak_during(lambda: v.step(tasks))
 
 
 # Intra-op threads of every variant; children inherit it through the
