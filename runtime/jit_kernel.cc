@@ -44,16 +44,20 @@ std::string Name(const std::vector<std::string>& names, size_t i) {
 }  // namespace
 
 std::string LlvmHostTarget() {
-  std::string target = llvm::sys::getHostCPUName().str();
-  llvm::StringMap<bool> features;
-  if (llvm::sys::getHostCPUFeatures(features)) {
-    std::vector<std::string> on;
-    for (const auto& f : features) {
-      if (f.getValue()) on.push_back(f.getKey().str());
+  // The host does not change while the process runs: asked once.
+  static const std::string target = [] {
+    std::string t = llvm::sys::getHostCPUName().str();
+    llvm::StringMap<bool> features;
+    if (llvm::sys::getHostCPUFeatures(features)) {
+      std::vector<std::string> on;
+      for (const auto& f : features) {
+        if (f.getValue()) on.push_back(f.getKey().str());
+      }
+      std::sort(on.begin(), on.end());
+      absl::StrAppend(&t, " ", absl::StrJoin(on, ","));
     }
-    std::sort(on.begin(), on.end());
-    absl::StrAppend(&target, " ", absl::StrJoin(on, ","));
-  }
+    return t;
+  }();
   return target;
 }
 

@@ -163,13 +163,14 @@ class BatchedFunction:
             results.append(self.fn(*task_args))
         return self._stack(results)
 
+    def _out_dims(self, count):
+        return self.out_dims if isinstance(self.out_dims, tuple) else (self.out_dims,) * count
+
     def _stack(self, results):
         leaves = [_tree.flatten(r)[0] for r in results]
         spec = _tree.flatten(results[0])[1]
-        out_dims = (self.out_dims if isinstance(self.out_dims, tuple)
-                    else (self.out_dims,) * len(leaves[0]))
         return _tree.unflatten(spec, [torch.stack([task[j] for task in leaves], dim=d)
-                                      for j, d in enumerate(out_dims)])
+                                      for j, d in enumerate(self._out_dims(len(leaves[0])))])
 
     def compiled_function(self, *args):
         """The metafuse.compile function that runs a call with ``args`` (what
@@ -191,20 +192,11 @@ class BatchedFunction:
             chunk = [arg if d is None else
                      _tree.map(lambda x, d=d: x.narrow(d, start, stop - start), arg)
                      for arg, d in zip(args, dims)]
-            pieces.append(_tree.flatten(BatchedFunction.__call__(
-                self._without_chunks(), *chunk)))
+            pieces.append(_tree.flatten(self._program_for(chunk, dims)(*chunk)))
         spec = pieces[0][1]
         count = len(pieces[0][0])
-        out_dims = (self.out_dims if isinstance(self.out_dims, tuple)
-                    else (self.out_dims,) * count)
-        return _tree.unflatten(spec, [torch.cat([p[0][j] for p in pieces], dim=out_dims[j])
-                                      for j in range(count)])
-
-    def _without_chunks(self):
-        view = object.__new__(BatchedFunction)
-        view.__dict__.update(self.__dict__)
-        view.chunk_size = None
-        return view
+        return _tree.unflatten(spec, [torch.cat([p[0][j] for p in pieces], dim=d)
+                                      for j, d in enumerate(self._out_dims(count))])
 
     def _subject(self):
         return getattr(self._closure_owner, "__name__", "the function")

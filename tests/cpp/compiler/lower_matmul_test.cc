@@ -150,24 +150,31 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor):
   EXPECT_TRUE(torch::equal(inputs[2].toTensor(), c_before));
 }
 
+// The program of `ir` run with GEMM lowering (fused) and without (generic,
+// ATen's mm / bmm) on `inputs`: `gemms` GEMM instructions, equal results.
+void ExpectGemmsMatchGeneric(const char* ir, const std::vector<c10::IValue>& inputs,
+                             torch::Dtype dtype, int64_t gemms) {
+  auto graph = Parse(ir);
+  SpecializedRunner fused(graph->copy(), "gemm", nullptr);
+  SpecializedRunner generic(graph->copy(), "generic", nullptr);
+  generic.set_fusion(false);
+  auto got = fused.Run(inputs);
+  auto want = generic.Run(inputs);
+  EXPECT_EQ(fused.report().gemms, gemms);
+  const double tol = dtype == torch::kFloat32 ? 1e-5 : 1e-12;
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_TRUE(torch::allclose(got[k].toTensor(), want[k].toTensor(), tol, tol))
+        << "product " << k;
+  }
+}
+
 TEST(GemmOperation, EveryTransposeCombinationMatchesMm) {
   ASSERT_TRUE(runtime::DirectBlasAvailable()) << "LibTorch's BLAS was not found in the process";
   for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
     auto opts = torch::TensorOptions().dtype(dtype);
     std::vector<c10::IValue> inputs = {torch::randn({5, 7}, opts), torch::randn({7, 5}, opts),
                                        torch::randn({5, 5}, opts)};
-    auto graph = Parse(kProducts);
-    SpecializedRunner fused(graph->copy(), "gemm", nullptr);
-    SpecializedRunner generic(graph->copy(), "mm", nullptr);
-    generic.set_fusion(false);
-    auto got = fused.Run(inputs);
-    auto want = generic.Run(inputs);
-    EXPECT_EQ(fused.report().gemms, 4);
-    const double tol = dtype == torch::kFloat32 ? 1e-5 : 1e-12;
-    for (size_t k = 0; k < want.size(); ++k) {
-      EXPECT_TRUE(torch::allclose(got[k].toTensor(), want[k].toTensor(), tol, tol))
-          << "product " << k;
-    }
+    ExpectGemmsMatchGeneric(kProducts, inputs, dtype, 4);
   }
 }
 
@@ -196,18 +203,7 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor):
     std::vector<c10::IValue> inputs = {torch::randn({6, 5, 7}, opts),
                                        torch::randn({1, 7, 5}, opts).expand({6, 7, 5}),
                                        torch::randn({6, 5, 5}, opts)};
-    auto graph = Parse(kBatched);
-    SpecializedRunner fused(graph->copy(), "bmm-gemm", nullptr);
-    SpecializedRunner generic(graph->copy(), "bmm", nullptr);
-    generic.set_fusion(false);
-    auto got = fused.Run(inputs);
-    auto want = generic.Run(inputs);
-    EXPECT_EQ(fused.report().gemms, 4);
-    const double tol = dtype == torch::kFloat32 ? 1e-5 : 1e-12;
-    for (size_t k = 0; k < want.size(); ++k) {
-      EXPECT_TRUE(torch::allclose(got[k].toTensor(), want[k].toTensor(), tol, tol))
-          << "product " << k;
-    }
+    ExpectGemmsMatchGeneric(kBatched, inputs, dtype, 4);
   }
 }
 
