@@ -18,6 +18,7 @@
 #include "compiler/lower_broadcast.h"
 #include "compiler/lower_fusion_group.h"
 #include "compiler/lower_matmul.h"
+#include "compiler/split_grouped_convolutions.h"
 #include "compiler/lower_optimizer_ops.h"
 #include "compiler/lower_to_program.h"
 #include "compiler/plan_buffers.h"
@@ -66,7 +67,11 @@ runtime::ProgramCode FuseAndLower(std::shared_ptr<Graph> graph, const std::strin
   std::shared_ptr<Graph> unfused = graph->copy();
   ScopedLoweringCache lowered_once;  // the passes and the lowering share kernels
   runtime::ProgramCode code;
+  const ConvolutionSplitPolicy split_policy = ConvolutionSplitPolicyFromEnvironment();
   try {
+    const ConvolutionSplitStats convolutions = SplitGroupedConvolutions(graph, split_policy);
+    report->grouped_convolutions = convolutions.grouped;
+    report->split_convolutions = convolutions.split;
     report->gemms = LowerMatmulToGemm(graph);
     const FusionStats vertical = FuseElementwise(graph);
     const HorizontalFusionStats horizontal = FuseHorizontally(graph);

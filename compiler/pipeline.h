@@ -74,6 +74,8 @@ struct SpecializationReport {
   int64_t shape_queries_folded = 0;
   int64_t identities_removed = 0;
   int64_t gemms = 0;                 // matrix products lowered to direct GEMM
+  int64_t grouped_convolutions = 0;  // considered for splitting per group
+  int64_t split_convolutions = 0;    // of them, split (measured faster)
   int64_t fusion_groups = 0;         // vertical groups formed
   int64_t fused_nodes = 0;           // ops they absorbed
   int64_t horizontal_nodes = 0;      // merged launches

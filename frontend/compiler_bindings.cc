@@ -53,6 +53,8 @@ py::dict ReportDict(const SpecializationReport& r) {
   d["shape_queries_folded"] = r.shape_queries_folded;
   d["identities_removed"] = r.identities_removed;
   d["gemms"] = r.gemms;
+  d["grouped_convolutions"] = r.grouped_convolutions;
+  d["split_convolutions"] = r.split_convolutions;
   d["fusion_groups"] = r.fusion_groups;
   d["fused_nodes"] = r.fused_nodes;
   d["horizontal_nodes"] = r.horizontal_nodes;

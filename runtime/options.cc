@@ -29,6 +29,7 @@ Options OptionsFromEnvironment() {
   o.kernel_cache_dir = text("METAFUSE_CACHE_DIR");
   o.host_backend = text("METAFUSE_HOST_BACKEND");
   o.cxx = text("METAFUSE_CXX");
+  o.split_convolutions = text("METAFUSE_SPLIT_CONVOLUTIONS");
   return o;
 }
 

@@ -19,6 +19,7 @@ struct Options {
   std::string kernel_cache_dir;        // METAFUSE_CACHE_DIR ("" = the per-user default)
   std::string host_backend;            // METAFUSE_HOST_BACKEND: "" default, "llvm", "cpp"
   std::string cxx;                     // METAFUSE_CXX: the C++ compiler ("" = find one)
+  std::string split_convolutions;      // METAFUSE_SPLIT_CONVOLUTIONS: "" measure, "always", "never"
 };
 
 // The options the environment sets now.

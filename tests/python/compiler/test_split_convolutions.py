@@ -1,0 +1,101 @@
+"""Grouped convolutions (metafuse.vmap's batched convolutions and their
+derivatives) split into one convolution per group: the batched meta-batch
+gives the per-task losses and meta-gradients whichever form runs (float64,
+1e-10), the split happens when forced or measured faster, never for
+depthwise-like groups, and a bad setting is named."""
+
+import os
+
+import pytest
+import torch
+
+import metafuse as mf
+
+F64 = torch.float64
+TASKS = 4
+
+
+def cnn():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, padding=1, stride=2),
+        torch.nn.BatchNorm2d(8, track_running_stats=False), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 3)).double()
+
+
+def run(policy, monkeypatch):
+    if policy is None:
+        monkeypatch.delenv("METAFUSE_SPLIT_CONVOLUTIONS", raising=False)
+    else:
+        monkeypatch.setenv("METAFUSE_SPLIT_CONVOLUTIONS", policy)
+    net = cnn()
+    params = {k: v.detach().clone().requires_grad_() for k, v in net.named_parameters()}
+
+    def loss_fn(p, x, y):
+        return torch.nn.functional.cross_entropy(mf.functional_call(net, p, x), y)
+
+    adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.1), steps=2)
+    task_loss = mf.vmap(lambda p, xs, ys, xq, yq: loss_fn(adapt(p, xs, ys), xq, yq),
+                        in_dims=(None, 0, 0, 0, 0))
+    g = torch.Generator().manual_seed(2)
+    xs, xq = (torch.randn(TASKS, n, 1, 8, 8, generator=g, dtype=F64) for n in (3, 6))
+    ys, yq = torch.arange(3).repeat(TASKS, 1), torch.arange(3).repeat(TASKS, 2)
+    losses = task_loss(params, xs, ys, xq, yq)
+    program = next(iter(task_loss.compiled_function(params, xs, ys, xq, yq)
+                        ._programs.values()))[0]
+    report = program.fusion_report()
+    expected = torch.stack([loss_fn(adapt._eager(params, (xs[t], ys[t])), xq[t], yq[t])
+                            for t in range(TASKS)])
+    torch.testing.assert_close(losses, expected, rtol=1e-10, atol=1e-12)
+    got = torch.autograd.grad(losses.sum(), list(params.values()))
+    want = torch.autograd.grad(expected.sum(), list(params.values()))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    return {k: (report[k]["grouped_convolutions"], report[k]["split_convolutions"])
+            for k in ("forward", "backward")}
+
+
+def test_always_splits_every_grouped_convolution_and_agrees(monkeypatch):
+    counts = run("always", monkeypatch)
+    # The inner loop's convolutions and their derivatives are grouped (tasks).
+    assert counts["forward"][0] > 0 and counts["backward"][0] > 0, counts
+    assert all(grouped == split for grouped, split in counts.values()), counts
+
+
+def test_never_keeps_them_grouped_and_agrees(monkeypatch):
+    counts = run("never", monkeypatch)
+    assert counts["forward"][0] > 0 and all(split == 0 for _, split in counts.values())
+
+
+def test_measured_choice_agrees(monkeypatch):
+    counts = run(None, monkeypatch)
+    assert all(0 <= split <= grouped for grouped, split in counts.values()), counts
+
+
+def test_depthwise_groups_are_never_split(monkeypatch):
+    monkeypatch.setenv("METAFUSE_SPLIT_CONVOLUTIONS", "always")
+    w = torch.randn(6, 1, 3, 3, dtype=F64, requires_grad=True)
+
+    @mf.compile
+    def depthwise(w, x):
+        return torch.nn.functional.conv2d(x, w, padding=1, groups=6).square().sum()
+
+    x = torch.randn(2, 6, 5, 5, dtype=F64)
+    out = depthwise(w, x)
+    torch.testing.assert_close(
+        out, torch.nn.functional.conv2d(x, w, padding=1, groups=6).square().sum())
+    report = next(iter(depthwise._programs.values()))[0].fusion_report()
+    assert report["forward"]["grouped_convolutions"] == 0  # one input channel per group
+
+
+def test_a_bad_setting_is_named(monkeypatch):
+    monkeypatch.setenv("METAFUSE_SPLIT_CONVOLUTIONS", "sometimes")
+    w = torch.randn(8, 4, 3, 3, dtype=F64, requires_grad=True)
+
+    @mf.compile
+    def grouped(w, x):
+        return torch.nn.functional.conv2d(x, w, groups=2).sum()
+
+    with pytest.raises(RuntimeError, match="METAFUSE_SPLIT_CONVOLUTIONS='sometimes'"):
+        grouped(w, torch.randn(1, 8, 5, 5, dtype=F64))
