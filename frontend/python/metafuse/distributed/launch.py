@@ -7,7 +7,10 @@ on Python 3.11 fails in elastic's argument parsing).
     python3 -m metafuse.distributed.launch --nnodes 2 --node-rank 0 \\
         --master-addr 10.0.0.1 --master-port 29500 -n 4 train.py
 
-The job ends when every process has exited. If one fails (non-zero exit)
+Each process gets OMP_NUM_THREADS = its share of the cores (at least 1),
+unless the environment sets it or ``--threads`` says otherwise, so that N
+workers' OpenMP teams do not oversubscribe the cores. The job ends when
+every process has exited. If one fails (non-zero exit)
 the others are stopped (SIGTERM, then SIGKILL) and its exit code is the
 launcher's (as torchrun; with ``--keep-going`` only rank 0's failure
 does, so that rank 0 can go on without a dead worker); after rank 0 succeeds the others get ``--grace`` seconds to
@@ -63,7 +66,8 @@ def _check_launch_arguments(command, nproc_per_node, nnodes, node_rank, master_p
 
 
 def launch(command, nproc_per_node, *, nnodes=1, node_rank=0, master_addr="127.0.0.1",
-           master_port=0, grace=10.0, timeout=None, keep_going=False, log=None):
+           master_port=0, grace=10.0, timeout=None, keep_going=False, log=None,
+           threads=None):
     """Runs ``command`` in ``nproc_per_node`` processes with the world set.
 
     Args:
@@ -77,6 +81,8 @@ def launch(command, nproc_per_node, *, nnodes=1, node_rank=0, master_addr="127.0
         keep_going: a worker other than rank 0 that fails does not stop the
             job (rank 0 gets WorkerError and may go on without it).
         log: where the launcher reports stopped processes (default stderr).
+        threads: OMP_NUM_THREADS of each process (None: the environment's
+            if set, else the cores divided among the node's processes).
 
     Returns:
         The job's exit code: the first failing process's, 124 on timeout,
@@ -86,13 +92,16 @@ def launch(command, nproc_per_node, *, nnodes=1, node_rank=0, master_addr="127.0
         ValueError: an argument is out of range.
     """
     _check_launch_arguments(command, nproc_per_node, nnodes, node_rank, master_port)
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"launch: `threads` must be a positive int, got {threads!r}")
     port = master_port or free_port(master_addr)
     log = sys.stderr if log is None else log
     processes = []
     try:
         for local_rank in range(nproc_per_node):
             env = worker_environment(local_rank, nproc_per_node, master_addr=master_addr,
-                                     master_port=port, nnodes=nnodes, node_rank=node_rank)
+                                     master_port=port, nnodes=nnodes, node_rank=node_rank,
+                                     threads=threads)
             processes.append(subprocess.Popen(command, env=env, start_new_session=True))
         return _supervise(processes, node_rank, grace, timeout, log, keep_going)
     finally:
@@ -144,6 +153,9 @@ def _parser():
                         dest="master_addr", help="address of the rank-0 node")
     parser.add_argument("--master-port", "--master_port", type=int, default=0,
                         dest="master_port", help="port of rank 0 (default: a free one)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="OMP_NUM_THREADS of each process (default: OMP_NUM_THREADS if "
+                             "set, else the cores divided among the processes)")
     parser.add_argument("--grace", type=float, default=10.0,
                         help="seconds the others may run after rank 0 succeeded")
     parser.add_argument("--timeout", type=float, default=None,
@@ -165,7 +177,8 @@ def main(argv=None):
         return launch([sys.executable, "-u", *target, *args.script_args], args.nproc_per_node,
                       nnodes=args.nnodes, node_rank=args.node_rank,
                       master_addr=args.master_addr, master_port=args.master_port,
-                      grace=args.grace, timeout=args.timeout, keep_going=args.keep_going)
+                      grace=args.grace, timeout=args.timeout, keep_going=args.keep_going,
+                      threads=args.threads)
     except ValueError as exc:
         print(f"metafuse.distributed.launch: {exc}", file=sys.stderr)
         return 2
