@@ -1,17 +1,23 @@
 """Distributed MAML meta-step: metafuse's TaskScheduler on 1 and 2 workers,
-and TorchOpt's eager distributed idiom on 2, in one world of 2 processes
-(each 1 thread), variants alternating meta-steps in one run.
+per task and batched, and TorchOpt's eager distributed idiom on 2, in one
+world of 2 processes (each its share of the cores: 1 thread here),
+variants alternating meta-steps in one run.
 
 Sinusoid regression, MLP 1-40-40-1, 5 inner SGD steps (lr 0.01), 10 shots,
 meta-batch 400 tasks, float32:
-  - scheduler, 1 worker : the compiled task (mf.compile, shipped as its AOT
-                          artifact) on rank 0 alone (no RPC)
-  - scheduler, 2 workers: the same, tasks split between rank 0 and rank 1
-  - TorchOpt idiom, 2   : rpc.RRef(net), parallelize (one RPC per worker),
-                          MetaSGD on module_clone(net_rref.to_here()) per
-                          task, eager, distributed autograd
-It prints the median meta-step time of each, the ratios, and a projection
-to 8 and 64 workers from measured per-task and per-message costs:
+  - per task, 1 worker : the compiled task (mf.compile, shipped as its AOT
+                         artifact) on rank 0 alone (no RPC), once per task
+  - per task, 2 workers: the same, tasks split between rank 0 and rank 1
+  - batched, 1 / 2     : TaskScheduler(batched=True): each worker's share
+                         as one metafuse.vmap program (its AOT artifact)
+  - TorchOpt idiom, 2  : rpc.RRef(net), parallelize (one RPC per worker),
+                         MetaSGD on module_clone(net_rref.to_here()) per
+                         task, eager, distributed autograd
+It prints the median meta-step time of each (with the min and max, and
+the load average before and after: the machine may be shared), the
+ratios, each worker's own compute seconds in the 2-worker steps, the CPU
+an idle worker burns (the RPC transport's polling), and a projection to 8
+and 64 workers from measured per-task and per-message costs:
 
     T(W) = (n / W) * t_task + W * t_msg + n * t_reduce
 
@@ -22,13 +28,18 @@ has its own core (or GPU) running tasks at the measured t_task, the caller
 issues its W messages one after another over TensorPipe as here (same
 host; across hosts t_msg grows with the network), and tasks are equal.
 
-    /usr/bin/python3 bench/distributed_maml.py [--tasks 400] [--steps 7] [--json FILE]
+    /usr/bin/python3 bench/distributed_maml.py [--tasks 400] [--steps 7]
+        [--transports uv] [--no-idiom] [--json FILE]
+
+``--transports shm,uv`` gives torch's own transport choice (the shm
+transport's reactor busy-polls: what made 2 workers no faster than 1).
 """
 
 import argparse
 import copy
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -70,48 +81,77 @@ def _echo(*tensors):
     return len(tensors)
 
 
+def _cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _timed(fn):
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
-def run_world(tasks, steps):
+def _load():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def run_world(tasks, steps, idiom):
     """Rank 0 measures; rank 1 serves RPCs. Returns the measurements."""
     if todist.get_world_rank() != 0:
         return None
+    rpc = torch.distributed.rpc
+    before = rpc.rpc_sync(1, _cpu_seconds)
+    time.sleep(1.0)
+    idle_cpu = rpc.rpc_sync(1, _cpu_seconds) - before
     net = make_net()
     params = {k: v.detach().requires_grad_() for k, v in net.named_parameters()}
     batch = sample_tasks(tasks, torch.Generator().manual_seed(0))
-    one = todist.TaskScheduler(task_loss, workers=[0], balance=True)
-    two = todist.TaskScheduler(task_loss, workers=[0, 1], balance=True)
-    first = {"scheduler, 1 worker": _timed(lambda: one(params, *batch).backward()),
-             "scheduler, 2 workers": _timed(lambda: two(params, *batch).backward())}
+    schedulers = {
+        "per task, 1 worker": todist.TaskScheduler(task_loss, workers=[0]),
+        "per task, 2 workers": todist.TaskScheduler(task_loss, workers=[0, 1]),
+        "batched, 1 worker": todist.TaskScheduler(task_loss, workers=[0], batched=True),
+        "batched, 2 workers": todist.TaskScheduler(task_loss, workers=[0, 1], batched=True)}
+    first = {name: _timed(lambda s=s: s(params, *batch).backward())
+             for name, s in schedulers.items()}
 
     def idiom_step():
         net_rref = todist.rpc.RRef(net)
         with todist.autograd.context() as ctx:
             todist.autograd.backward(ctx, torchopt_tasks(net_rref, *batch) / tasks)
 
-    variants = {"scheduler, 1 worker": lambda: one(params, *batch).backward(),
-                "scheduler, 2 workers": lambda: two(params, *batch).backward(),
-                "TorchOpt idiom, 2 workers": idiom_step}
+    variants = {name: (lambda s=s: s(params, *batch).backward())
+                for name, s in schedulers.items()}
+    if idiom:
+        variants["TorchOpt idiom, 2 workers"] = idiom_step
     times = {name: [] for name in variants}
+    worker_seconds = {name: [] for name in schedulers if "2 workers" in name}
+    load = [_load()]
     for _ in range(steps):
         for name, step in variants.items():
             times[name].append(_timed(step))
+            if name in worker_seconds:
+                worker_seconds[name].append(dict(schedulers[name].last_seconds))
+    load.append(_load())
     medians = {name: statistics.median(t) for name, t in times.items()}
     # Cost-model inputs, measured here.
     leaves = [p.detach() for p in params.values()]
     task_slice = [b[:1].contiguous() for b in batch]
-    rtt = statistics.median(_timed(lambda: torch.distributed.rpc.rpc_sync(
+    rtt = statistics.median(_timed(lambda: rpc.rpc_sync(
         "worker1", _echo, args=(*leaves, *task_slice))) for _ in range(50))
     grads = [torch.randn(tasks, *p.shape) for p in leaves]
     weights = torch.ones(tasks)
     reduce_s = statistics.median(_timed(lambda: [torch.tensordot(weights, torch.cat([g[:tasks // 2], g[tasks // 2:]]), dims=1) for g in grads]) for _ in range(20))
     return {"tasks": tasks, "steps": steps, "first_call_s": first, "median_s": medians,
-            "t_task": medians["scheduler, 1 worker"] / tasks, "t_msg": rtt,
-            "t_reduce": reduce_s / tasks, "partition": two.last_partition}
+            "times_s": times, "load": load, "idle_worker_cpu_per_s": idle_cpu,
+            "worker_seconds": {name: {w: statistics.median(s[w] for s in steps_seen)
+                                      for w in steps_seen[0]}
+                               for name, steps_seen in worker_seconds.items()},
+            "t_task": medians["per task, 1 worker"] / tasks, "t_msg": rtt,
+            "t_reduce": reduce_s / tasks,
+            "partition": {name: s.last_partition for name, s in schedulers.items()
+                          if "2 workers" in name}}
 
 
 def project(result, workers):
@@ -123,27 +163,46 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=400)
     parser.add_argument("--steps", type=int, default=7)
+    parser.add_argument("--transports", default=None,
+                        help="TensorPipe transports (METAFUSE_RPC_TRANSPORTS; default uv)")
+    parser.add_argument("--no-idiom", action="store_true",
+                        help="leave out TorchOpt's eager idiom (slow)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    result = todist.spawn(run_world, 2, args=(args.tasks, args.steps), threads=1,
+    if args.transports:
+        os.environ["METAFUSE_RPC_TRANSPORTS"] = args.transports  # inherited by the workers
+    result = todist.spawn(run_world, 2, args=(args.tasks, args.steps, not args.no_idiom),
                           timeout=600)[0]
     m = result["median_s"]
-    base = m["scheduler, 1 worker"]
     print(f"MAML sinusoid, {result['tasks']} tasks, {result['steps']} meta-steps per variant "
-          "(alternating), 1 thread per process")
-    for name, seconds in m.items():
-        print(f"  {name:27s} {seconds * 1e3:9.1f} ms   speed-up vs 1 worker {base / seconds:5.2f}x")
-    print(f"  first call (registration: artifact shipped and loaded): "
+          f"(alternating), OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS') or 'the share'}, "
+          f"transports {os.environ.get('METAFUSE_RPC_TRANSPORTS', 'uv')}, load average "
+          f"{result['load'][0]:.2f} -> {result['load'][1]:.2f}")
+    print(f"  an idle worker's CPU: {result['idle_worker_cpu_per_s'] * 1e3:.1f} ms per second")
+    for mode in ("per task", "batched"):
+        base = m[f"{mode}, 1 worker"]
+        for name, seconds in m.items():
+            if name.startswith(mode) or (mode == "batched" and name.startswith("TorchOpt")):
+                t = result["times_s"][name]
+                print(f"  {name:27s} {seconds * 1e3:9.1f} ms (min {min(t) * 1e3:.1f}, max "
+                      f"{max(t) * 1e3:.1f})   vs {mode}, 1 worker: {base / seconds:5.2f}x")
+    print(f"  batched vs per task, 2 workers: "
+          f"{m['per task, 2 workers'] / m['batched, 2 workers']:.2f}x")
+    for name, seconds in result["worker_seconds"].items():
+        print(f"  {name}: each worker's own seconds (median) "
+              + ", ".join(f"{w} {s * 1e3:.1f} ms" for w, s in seconds.items())
+              + f"; partition {result['partition'][name]}")
+    print("  first call (artifacts made, shipped and loaded): "
           + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in result["first_call_s"].items()))
-    print(f"  scheduler vs TorchOpt idiom, 2 workers: "
-          f"{m['TorchOpt idiom, 2 workers'] / m['scheduler, 2 workers']:.2f}x")
-    print(f"  last partition: {result['partition']}")
-    print(f"cost model: t_task {result['t_task'] * 1e3:.3f} ms, t_msg {result['t_msg'] * 1e3:.3f} ms, "
-          f"t_reduce {result['t_reduce'] * 1e6:.2f} us per task")
+    if "TorchOpt idiom, 2 workers" in m:
+        print(f"  batched scheduler vs TorchOpt idiom, 2 workers: "
+              f"{m['TorchOpt idiom, 2 workers'] / m['batched, 2 workers']:.2f}x")
+    print(f"cost model (per task): t_task {result['t_task'] * 1e3:.3f} ms, t_msg "
+          f"{result['t_msg'] * 1e3:.3f} ms, t_reduce {result['t_reduce'] * 1e6:.2f} us per task")
     for w in (1, 2, 8, 64):
         t = project(result, w)
         print(f"  projected {w:3d} workers: {t * 1e3:8.1f} ms   speed-up {project(result, 1) / t:5.2f}x"
-              + (f"   (measured {m['scheduler, 2 workers'] * 1e3:.1f} ms)" if w == 2 else ""))
+              + (f"   (measured {m['per task, 2 workers'] * 1e3:.1f} ms)" if w == 2 else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ["launch", "main"]
+__all__ = ["launch", "main", "add_arguments", "run_parsed"]
 
 from metafuse.distributed.config import free_port, worker_environment
 
@@ -140,10 +140,9 @@ def _supervise(processes, node_rank, grace, timeout, log, keep_going=False):
         time.sleep(0.05)
 
 
-def _parser():
-    parser = argparse.ArgumentParser(
-        prog="python3 -m metafuse.distributed.launch",
-        description="Run a script in N local processes with the variables torchrun sets.")
+def add_arguments(parser):
+    """Adds the launcher's options and positionals to ``parser`` (this
+    module's command line and ``metafuse launch`` share them)."""
     parser.add_argument("-n", "--nproc-per-node", "--nproc_per_node", type=int, default=1,
                         dest="nproc_per_node", help="processes on this node (default 1)")
     parser.add_argument("--nnodes", type=int, default=1, help="number of nodes (default 1)")
@@ -165,13 +164,20 @@ def _parser():
     parser.add_argument("-m", dest="module", action="store_true",
                         help="run the script argument as a module (python -m)")
     parser.add_argument("script", help="the Python script (or module with -m)")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    parser.add_argument("script_args", nargs=argparse.REMAINDER,
+                        help="the script's own arguments")
     return parser
 
 
-def main(argv=None):
-    """The command line (see the module docstring). Returns the exit code."""
-    args = _parser().parse_args(argv)
+DESCRIPTION = "Run a script in N local processes with the variables torchrun sets."
+
+
+def run_parsed(args, parser):
+    """Runs the job ``args`` (from add_arguments' options) describes.
+
+    Returns:
+        The job's exit code; bad values exit through ``parser.error`` (2).
+    """
     target = ["-m", args.script] if args.module else [args.script]
     try:
         return launch([sys.executable, "-u", *target, *args.script_args], args.nproc_per_node,
@@ -180,10 +186,19 @@ def main(argv=None):
                       grace=args.grace, timeout=args.timeout, keep_going=args.keep_going,
                       threads=args.threads)
     except ValueError as exc:
-        print(f"metafuse.distributed.launch: {exc}", file=sys.stderr)
-        return 2
+        parser.error(str(exc).removeprefix("launch: "))
     except KeyboardInterrupt:
         return 130
+
+
+def main(argv=None):
+    """The command line (see the module docstring). Returns the exit code."""
+    parser = add_arguments(argparse.ArgumentParser(
+        prog="python3 -m metafuse.distributed.launch", description=DESCRIPTION))
+    try:
+        return run_parsed(parser.parse_args(argv), parser)
+    except SystemExit as exc:  # argparse's usage errors: 2, as a return value
+        return exc.code
 
 
 if __name__ == "__main__":
