@@ -16,8 +16,11 @@ meta-batch 400 tasks, float32:
 It prints the median meta-step time of each (with the min and max, and
 the load average before and after: the machine may be shared), the
 ratios, each worker's own compute seconds in the 2-worker steps, the CPU
-an idle worker burns (the RPC transport's polling), and a projection to 8
-and 64 workers from measured per-task and per-message costs:
+an idle worker burns (the RPC transport's polling), each process's CPU
+seconds per step (what two free cores would give: the 1-worker step's CPU
+over the busier process's in the 2-worker step, a ratio other processes on
+the machine barely move), and a projection to 8 and 64 workers from
+measured per-task and per-message costs:
 
     T(W) = (n / W) * t_task + W * t_msg + n * t_reduce
 
@@ -126,11 +129,15 @@ def run_world(tasks, steps, idiom):
     if idiom:
         variants["TorchOpt idiom, 2 workers"] = idiom_step
     times = {name: [] for name in variants}
+    cpu = {name: [] for name in variants}  # (rank 0's, rank 1's) CPU seconds per step
     worker_seconds = {name: [] for name in schedulers if "2 workers" in name}
     load = [_load()]
     for _ in range(steps):
         for name, step in variants.items():
+            before = (_cpu_seconds(), rpc.rpc_sync(1, _cpu_seconds))
             times[name].append(_timed(step))
+            cpu[name].append((_cpu_seconds() - before[0],
+                              rpc.rpc_sync(1, _cpu_seconds) - before[1]))
             if name in worker_seconds:
                 worker_seconds[name].append(dict(schedulers[name].last_seconds))
     load.append(_load())
@@ -144,14 +151,20 @@ def run_world(tasks, steps, idiom):
     weights = torch.ones(tasks)
     reduce_s = statistics.median(_timed(lambda: [torch.tensordot(weights, torch.cat([g[:tasks // 2], g[tasks // 2:]]), dims=1) for g in grads]) for _ in range(20))
     return {"tasks": tasks, "steps": steps, "first_call_s": first, "median_s": medians,
-            "times_s": times, "load": load, "idle_worker_cpu_per_s": idle_cpu,
+            "times_s": times, "load": load,
+            "cpu_s": {name: [statistics.median(c[r] for c in cpu[name]) for r in (0, 1)]
+                      for name in variants}, "idle_worker_cpu_per_s": idle_cpu,
             "worker_seconds": {name: {w: statistics.median(s[w] for s in steps_seen)
                                       for w in steps_seen[0]}
                                for name, steps_seen in worker_seconds.items()},
             "t_task": medians["per task, 1 worker"] / tasks, "t_msg": rtt,
             "t_reduce": reduce_s / tasks,
             "partition": {name: s.last_partition for name, s in schedulers.items()
-                          if "2 workers" in name}}
+                          if "2 workers" in name},
+            "artifact_bytes": {"per task": len(schedulers["per task, 2 workers"]._payload[2]),
+                               **{f"batched, {k} tasks": len(v) for k, v in
+                                  schedulers["batched, 2 workers"]._artifacts.items()}},
+            "answer_bytes_per_task": 4 * (1 + sum(p.numel() for p in leaves))}
 
 
 def project(result, workers):
@@ -186,12 +199,21 @@ def main():
                 t = result["times_s"][name]
                 print(f"  {name:27s} {seconds * 1e3:9.1f} ms (min {min(t) * 1e3:.1f}, max "
                       f"{max(t) * 1e3:.1f})   vs {mode}, 1 worker: {base / seconds:5.2f}x")
+    cpu = result["cpu_s"]
+    for mode in ("per task", "batched"):
+        one, two = cpu[f"{mode}, 1 worker"], cpu[f"{mode}, 2 workers"]
+        print(f"  {mode}: CPU seconds per step (rank 0 + rank 1): 1 worker "
+              f"{one[0] * 1e3:.1f} + {one[1] * 1e3:.1f} ms, 2 workers {two[0] * 1e3:.1f} + "
+              f"{two[1] * 1e3:.1f} ms; on two free cores: {sum(one) / max(two):.2f}x")
     print(f"  batched vs per task, 2 workers: "
           f"{m['per task, 2 workers'] / m['batched, 2 workers']:.2f}x")
     for name, seconds in result["worker_seconds"].items():
         print(f"  {name}: each worker's own seconds (median) "
               + ", ".join(f"{w} {s * 1e3:.1f} ms" for w, s in seconds.items())
               + f"; partition {result['partition'][name]}")
+    print("  shipped once per worker (bytes): " + ", ".join(
+        f"{k} {v}" for k, v in result["artifact_bytes"].items())
+          + f"; per step, per task: answer {result['answer_bytes_per_task']} bytes")
     print("  first call (artifacts made, shipped and loaded): "
           + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in result["first_call_s"].items()))
     if "TorchOpt idiom, 2 workers" in m:

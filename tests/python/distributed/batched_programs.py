@@ -17,6 +17,12 @@ def loaded_programs(key):
     return {} if entry is None else {k: id(v) for k, v in entry[1].items()}
 
 
+def task_thread_names():
+    """On a worker: the names of its threads that run tasks."""
+    import threading
+    return [t.name for t in threading.enumerate() if t.name.startswith("metafuse-tasks")]
+
+
 def _meta_gradient(scheduler, params, batch, reduction_sum=False):
     for p in params.values():
         p.grad = None
@@ -57,6 +63,7 @@ def batched_world():
         step, _ = _meta_gradient(scheduler, params, batch, reduction_sum=True)
         seen.append(torch.distributed.rpc.rpc_sync(1, loaded_programs, args=(scheduler._key,)))
     out["loaded per step"] = seen
+    out["task threads"] = torch.distributed.rpc.rpc_sync(1, task_thread_names)
     out["sum error"] = relative_error([g / TASKS for g in step], ref)
     out["shipped sizes"] = {w: sorted(s) for w, s in scheduler._sizes_sent.items()}
     # A task that does not compile batched: a clear error, per-task mode still works.
