@@ -16,7 +16,9 @@ meta-batch 400 tasks, float32:
 It prints the median meta-step time of each (with the min and max, and
 the load average before and after: the machine may be shared), the
 ratios, each worker's own compute seconds in the 2-worker steps, the CPU
-an idle worker burns (the RPC transport's polling), each process's CPU
+an idle worker burns (the RPC transport's polling), the CPU the machine
+gives one and two spinning processes (on a shared machine the most 2
+workers can gain, measured before and after the steps), each process's CPU
 seconds per step (what two free cores would give: the 1-worker step's CPU
 over the busier process's in the 2-worker step, a ratio other processes on
 the machine barely move), and a projection to 8 and 64 workers from
@@ -95,6 +97,23 @@ def _timed(fn):
     return time.perf_counter() - start
 
 
+def _spin(seconds):
+    """Spins this thread for ``seconds``; returns the CPU seconds it got."""
+    start, cpu = time.perf_counter(), time.thread_time()
+    while time.perf_counter() - start < seconds:
+        pass
+    return time.thread_time() - cpu
+
+
+def _cpu_available(rpc):
+    """(CPU share one spinning process gets, the share two get together):
+    their ratio is the most 2 workers can gain on this machine right now."""
+    alone = _spin(1.0)
+    theirs = rpc.rpc_async(1, _spin, args=(1.0,))
+    mine = _spin(1.0)
+    return alone, mine + theirs.wait()
+
+
 def _load():
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
@@ -105,6 +124,7 @@ def run_world(tasks, steps, idiom):
     if todist.get_world_rank() != 0:
         return None
     rpc = torch.distributed.rpc
+    available = [_cpu_available(rpc)]
     before = rpc.rpc_sync(1, _cpu_seconds)
     time.sleep(1.0)
     idle_cpu = rpc.rpc_sync(1, _cpu_seconds) - before
@@ -141,6 +161,7 @@ def run_world(tasks, steps, idiom):
             if name in worker_seconds:
                 worker_seconds[name].append(dict(schedulers[name].last_seconds))
     load.append(_load())
+    available.append(_cpu_available(rpc))
     medians = {name: statistics.median(t) for name, t in times.items()}
     # Cost-model inputs, measured here.
     leaves = [p.detach() for p in params.values()]
@@ -151,7 +172,7 @@ def run_world(tasks, steps, idiom):
     weights = torch.ones(tasks)
     reduce_s = statistics.median(_timed(lambda: [torch.tensordot(weights, torch.cat([g[:tasks // 2], g[tasks // 2:]]), dims=1) for g in grads]) for _ in range(20))
     return {"tasks": tasks, "steps": steps, "first_call_s": first, "median_s": medians,
-            "times_s": times, "load": load,
+            "times_s": times, "load": load, "cpu_available": available,
             "cpu_s": {name: [statistics.median(c[r] for c in cpu[name]) for r in (0, 1)]
                       for name in variants}, "idle_worker_cpu_per_s": idle_cpu,
             "worker_seconds": {name: {w: statistics.median(s[w] for s in steps_seen)
@@ -192,6 +213,16 @@ def main():
           f"transports {os.environ.get('METAFUSE_RPC_TRANSPORTS', 'uv')}, load average "
           f"{result['load'][0]:.2f} -> {result['load'][1]:.2f}")
     print(f"  an idle worker's CPU: {result['idle_worker_cpu_per_s'] * 1e3:.1f} ms per second")
+    print("  CPU this machine gave (before, after): one spinning process "
+          + ", ".join(f"{a:.2f}" for a, _ in result["cpu_available"])
+          + " of a core; two together " + ", ".join(f"{b:.2f}" for _, b in result["cpu_available"])
+          + "; so 2 workers could gain at most "
+          + ", ".join(f"{b / a:.2f}x" for a, b in result["cpu_available"]))
+    for mode in ("per task", "batched"):
+        one, two = (result["times_s"][f"{mode}, {w}"] for w in ("1 worker", "2 workers"))
+        paired = statistics.median(a / b for a, b in zip(one, two))
+        print(f"  {mode}: 1 -> 2 workers, median of the per-round ratios (steps run "
+              f"back to back, so a load change hits both): {paired:.2f}x")
     for mode in ("per task", "batched"):
         base = m[f"{mode}, 1 worker"]
         for name, seconds in m.items():
