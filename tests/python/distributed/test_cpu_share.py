@@ -64,3 +64,22 @@ def test_an_idle_world_leaves_the_cores_free_and_rpc_threads_use_the_share(monke
     assert seen["idle_cpu"] < 0.15, seen
     share = config.thread_share(2)
     assert seen["omp"] == (str(share), share)
+
+
+def test_the_task_thread_runs_calls_from_other_threads_and_nested_calls_in_place():
+    import threading
+
+    from metafuse.distributed import task_runner
+
+    def where():
+        return threading.current_thread().name
+
+    def nested():
+        return where(), task_runner._on_task_thread(where)
+
+    assert task_runner._on_task_thread(where) == "MainThread"
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(task_runner._on_task_thread(nested)))
+    worker.start()
+    worker.join(timeout=30)
+    assert seen == [("metafuse-tasks", "metafuse-tasks")]

@@ -46,6 +46,7 @@ __all__ = ["register", "register_batched", "forget", "run_tasks", "run_batched"]
 _REGISTRY = {}
 _LOCK = threading.Lock()
 _TASK_THREAD = []  # the queue of the process's one task thread, made on first use
+_TASK_THREAD_NAME = "metafuse-tasks"
 
 # glibc's mallopt parameters: freed memory stays with the process (up to
 # the trim threshold), and blocks up to 32 MiB (glibc's largest allowed
@@ -87,7 +88,7 @@ def _task_queue():
             _keep_freed_memory()
             calls = queue.SimpleQueue()
             try:
-                threading.Thread(target=_serve, args=(calls,), name="metafuse-tasks",
+                threading.Thread(target=_serve, args=(calls,), name=_TASK_THREAD_NAME,
                                  daemon=True).start()
             except RuntimeError:
                 calls = None
@@ -97,8 +98,12 @@ def _task_queue():
 
 def _on_task_thread(fn, *args):
     """``fn(*args)`` on the main thread if called there, else on the
-    process's one task thread (warm across meta-steps)."""
-    calls = None if threading.current_thread() is threading.main_thread() else _task_queue()
+    process's one task thread (warm across meta-steps); in place on the
+    task thread itself (a task that runs a scheduler must not wait on its
+    own queue)."""
+    here = threading.current_thread()
+    calls = (None if here is threading.main_thread() or here.name == _TASK_THREAD_NAME
+             else _task_queue())
     if calls is None:
         return fn(*args)
     future = concurrent.futures.Future()
