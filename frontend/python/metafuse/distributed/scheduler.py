@@ -49,9 +49,10 @@ from metafuse.distributed import task_runner
 from metafuse.distributed.config import default_timeout
 from metafuse.distributed.errors import gather_futures
 
+__all__ = ["TaskScheduler", "partition_sizes", "sticky_sizes"]
+
 _KEYS = itertools.count()
 
-__all__ = ["TaskScheduler", "partition_sizes", "sticky_sizes"]
 
 def partition_sizes(count, costs):
     """How many tasks each worker gets: shares inversely proportional to
