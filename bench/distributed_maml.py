@@ -218,6 +218,10 @@ def main():
           + " of a core; two together " + ", ".join(f"{b:.2f}" for _, b in result["cpu_available"])
           + "; so 2 workers could gain at most "
           + ", ".join(f"{b / a:.2f}x" for a, b in result["cpu_available"]))
+    if min(b / a for a, b in result["cpu_available"]) < 1.5:
+        print("  NOTE: the machine did not give two processes two cores' worth of CPU; the "
+              "wall-clock ratios below measure the machine, not the scheduler (see the "
+              "CPU-seconds line)")
     for mode in ("per task", "batched"):
         one, two = (result["times_s"][f"{mode}, {w}"] for w in ("1 worker", "2 workers"))
         paired = statistics.median(a / b for a, b in zip(one, two))
