@@ -1,17 +1,28 @@
 """Distributed MAML meta-step: metafuse's TaskScheduler on 1 and 2 workers,
-and TorchOpt's eager distributed idiom on 2, in one world of 2 processes
-(each 1 thread), variants alternating meta-steps in one run.
+per task and batched, and TorchOpt's eager distributed idiom on 2, in one
+world of 2 processes (each its share of the cores: 1 thread here),
+variants alternating meta-steps in one run.
 
 Sinusoid regression, MLP 1-40-40-1, 5 inner SGD steps (lr 0.01), 10 shots,
 meta-batch 400 tasks, float32:
-  - scheduler, 1 worker : the compiled task (mf.compile, shipped as its AOT
-                          artifact) on rank 0 alone (no RPC)
-  - scheduler, 2 workers: the same, tasks split between rank 0 and rank 1
-  - TorchOpt idiom, 2   : rpc.RRef(net), parallelize (one RPC per worker),
-                          MetaSGD on module_clone(net_rref.to_here()) per
-                          task, eager, distributed autograd
-It prints the median meta-step time of each, the ratios, and a projection
-to 8 and 64 workers from measured per-task and per-message costs:
+  - per task, 1 worker : the compiled task (mf.compile, shipped as its AOT
+                         artifact) on rank 0 alone (no RPC), once per task
+  - per task, 2 workers: the same, tasks split between rank 0 and rank 1
+  - batched, 1 / 2     : TaskScheduler(batched=True): each worker's share
+                         as one metafuse.vmap program (its AOT artifact)
+  - TorchOpt idiom, 2  : rpc.RRef(net), parallelize (one RPC per worker),
+                         MetaSGD on module_clone(net_rref.to_here()) per
+                         task, eager, distributed autograd
+It prints the median meta-step time of each (with the min and max, and
+the load average before and after: the machine may be shared), the
+ratios, each worker's own compute seconds in the 2-worker steps, the CPU
+an idle worker burns (the RPC transport's polling), the CPU the machine
+gives one and two spinning processes (on a shared machine the most 2
+workers can gain, measured before and after the steps), each process's CPU
+seconds per step (what two free cores would give: the 1-worker step's CPU
+over the busier process's in the 2-worker step, a ratio other processes on
+the machine barely move), and a projection to 8 and 64 workers from
+measured per-task and per-message costs:
 
     T(W) = (n / W) * t_task + W * t_msg + n * t_reduce
 
@@ -22,13 +33,18 @@ has its own core (or GPU) running tasks at the measured t_task, the caller
 issues its W messages one after another over TensorPipe as here (same
 host; across hosts t_msg grows with the network), and tasks are equal.
 
-    /usr/bin/python3 bench/distributed_maml.py [--tasks 400] [--steps 7] [--json FILE]
+    /usr/bin/python3 bench/distributed_maml.py [--tasks 400] [--steps 7]
+        [--transports uv] [--no-idiom] [--json FILE]
+
+``--transports shm,uv`` gives torch's own transport choice (the shm
+transport's reactor busy-polls: what made 2 workers no faster than 1).
 """
 
 import argparse
 import copy
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -70,48 +86,106 @@ def _echo(*tensors):
     return len(tensors)
 
 
+def _cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _timed(fn):
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
-def run_world(tasks, steps):
+def _spin(seconds):
+    """Spins this thread for ``seconds``; returns the CPU seconds it got."""
+    start, cpu = time.perf_counter(), time.thread_time()
+    while time.perf_counter() - start < seconds:
+        pass
+    return time.thread_time() - cpu
+
+
+def _cpu_available(rpc):
+    """(CPU share one spinning process gets, the share two get together):
+    their ratio is the most 2 workers can gain on this machine right now."""
+    alone = _spin(1.0)
+    theirs = rpc.rpc_async(1, _spin, args=(1.0,))
+    mine = _spin(1.0)
+    return alone, mine + theirs.wait()
+
+
+def _load():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def run_world(tasks, steps, idiom):
     """Rank 0 measures; rank 1 serves RPCs. Returns the measurements."""
     if todist.get_world_rank() != 0:
         return None
+    rpc = torch.distributed.rpc
+    available = [_cpu_available(rpc)]
+    before = rpc.rpc_sync(1, _cpu_seconds)
+    time.sleep(1.0)
+    idle_cpu = rpc.rpc_sync(1, _cpu_seconds) - before
     net = make_net()
     params = {k: v.detach().requires_grad_() for k, v in net.named_parameters()}
     batch = sample_tasks(tasks, torch.Generator().manual_seed(0))
-    one = todist.TaskScheduler(task_loss, workers=[0], balance=True)
-    two = todist.TaskScheduler(task_loss, workers=[0, 1], balance=True)
-    first = {"scheduler, 1 worker": _timed(lambda: one(params, *batch).backward()),
-             "scheduler, 2 workers": _timed(lambda: two(params, *batch).backward())}
+    schedulers = {
+        "per task, 1 worker": todist.TaskScheduler(task_loss, workers=[0]),
+        "per task, 2 workers": todist.TaskScheduler(task_loss, workers=[0, 1]),
+        "batched, 1 worker": todist.TaskScheduler(task_loss, workers=[0], batched=True),
+        "batched, 2 workers": todist.TaskScheduler(task_loss, workers=[0, 1], batched=True)}
+    first = {name: _timed(lambda s=s: s(params, *batch).backward())
+             for name, s in schedulers.items()}
 
     def idiom_step():
         net_rref = todist.rpc.RRef(net)
         with todist.autograd.context() as ctx:
             todist.autograd.backward(ctx, torchopt_tasks(net_rref, *batch) / tasks)
 
-    variants = {"scheduler, 1 worker": lambda: one(params, *batch).backward(),
-                "scheduler, 2 workers": lambda: two(params, *batch).backward(),
-                "TorchOpt idiom, 2 workers": idiom_step}
+    variants = {name: (lambda s=s: s(params, *batch).backward())
+                for name, s in schedulers.items()}
+    if idiom:
+        variants["TorchOpt idiom, 2 workers"] = idiom_step
     times = {name: [] for name in variants}
+    cpu = {name: [] for name in variants}  # (rank 0's, rank 1's) CPU seconds per step
+    worker_seconds = {name: [] for name in schedulers if "2 workers" in name}
+    load = [_load()]
     for _ in range(steps):
         for name, step in variants.items():
+            before = (_cpu_seconds(), rpc.rpc_sync(1, _cpu_seconds))
             times[name].append(_timed(step))
+            cpu[name].append((_cpu_seconds() - before[0],
+                              rpc.rpc_sync(1, _cpu_seconds) - before[1]))
+            if name in worker_seconds:
+                worker_seconds[name].append(dict(schedulers[name].last_seconds))
+    load.append(_load())
+    available.append(_cpu_available(rpc))
     medians = {name: statistics.median(t) for name, t in times.items()}
     # Cost-model inputs, measured here.
     leaves = [p.detach() for p in params.values()]
     task_slice = [b[:1].contiguous() for b in batch]
-    rtt = statistics.median(_timed(lambda: torch.distributed.rpc.rpc_sync(
+    rtt = statistics.median(_timed(lambda: rpc.rpc_sync(
         "worker1", _echo, args=(*leaves, *task_slice))) for _ in range(50))
     grads = [torch.randn(tasks, *p.shape) for p in leaves]
     weights = torch.ones(tasks)
     reduce_s = statistics.median(_timed(lambda: [torch.tensordot(weights, torch.cat([g[:tasks // 2], g[tasks // 2:]]), dims=1) for g in grads]) for _ in range(20))
     return {"tasks": tasks, "steps": steps, "first_call_s": first, "median_s": medians,
-            "t_task": medians["scheduler, 1 worker"] / tasks, "t_msg": rtt,
-            "t_reduce": reduce_s / tasks, "partition": two.last_partition}
+            "times_s": times, "load": load, "cpu_available": available,
+            "cpu_s": {name: [statistics.median(c[r] for c in cpu[name]) for r in (0, 1)]
+                      for name in variants}, "idle_worker_cpu_per_s": idle_cpu,
+            "worker_seconds": {name: {w: statistics.median(s[w] for s in steps_seen)
+                                      for w in steps_seen[0]}
+                               for name, steps_seen in worker_seconds.items()},
+            "t_task": medians["per task, 1 worker"] / tasks, "t_msg": rtt,
+            "t_reduce": reduce_s / tasks,
+            "partition": {name: s.last_partition for name, s in schedulers.items()
+                          if "2 workers" in name},
+            "artifact_bytes": {"per task": len(schedulers["per task, 2 workers"]._payload[2]),
+                               **{f"batched, {k} tasks": len(v) for k, v in
+                                  schedulers["batched, 2 workers"]._artifacts.items()}},
+            "answer_bytes_per_task": 4 * (1 + sum(p.numel() for p in leaves))}
 
 
 def project(result, workers):
@@ -123,27 +197,69 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=400)
     parser.add_argument("--steps", type=int, default=7)
+    parser.add_argument("--transports", default=None,
+                        help="TensorPipe transports (METAFUSE_RPC_TRANSPORTS; default uv)")
+    parser.add_argument("--no-idiom", action="store_true",
+                        help="leave out TorchOpt's eager idiom (slow)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    result = todist.spawn(run_world, 2, args=(args.tasks, args.steps), threads=1,
+    if args.transports:
+        os.environ["METAFUSE_RPC_TRANSPORTS"] = args.transports  # inherited by the workers
+    result = todist.spawn(run_world, 2, args=(args.tasks, args.steps, not args.no_idiom),
                           timeout=600)[0]
     m = result["median_s"]
-    base = m["scheduler, 1 worker"]
     print(f"MAML sinusoid, {result['tasks']} tasks, {result['steps']} meta-steps per variant "
-          "(alternating), 1 thread per process")
-    for name, seconds in m.items():
-        print(f"  {name:27s} {seconds * 1e3:9.1f} ms   speed-up vs 1 worker {base / seconds:5.2f}x")
-    print(f"  first call (registration: artifact shipped and loaded): "
+          f"(alternating), OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS') or 'the share'}, "
+          f"transports {os.environ.get('METAFUSE_RPC_TRANSPORTS', 'uv')}, load average "
+          f"{result['load'][0]:.2f} -> {result['load'][1]:.2f}")
+    print(f"  an idle worker's CPU: {result['idle_worker_cpu_per_s'] * 1e3:.1f} ms per second")
+    print("  CPU this machine gave (before, after): one spinning process "
+          + ", ".join(f"{a:.2f}" for a, _ in result["cpu_available"])
+          + " of a core; two together " + ", ".join(f"{b:.2f}" for _, b in result["cpu_available"])
+          + "; so 2 workers could gain at most "
+          + ", ".join(f"{b / a:.2f}x" for a, b in result["cpu_available"]))
+    if min(b / a for a, b in result["cpu_available"]) < 1.5:
+        print("  NOTE: the machine did not give two processes two cores' worth of CPU; the "
+              "wall-clock ratios below measure the machine, not the scheduler (see the "
+              "CPU-seconds line)")
+    for mode in ("per task", "batched"):
+        one, two = (result["times_s"][f"{mode}, {w}"] for w in ("1 worker", "2 workers"))
+        paired = statistics.median(a / b for a, b in zip(one, two))
+        print(f"  {mode}: 1 -> 2 workers, median of the per-round ratios (steps run "
+              f"back to back, so a load change hits both): {paired:.2f}x")
+    for mode in ("per task", "batched"):
+        base = m[f"{mode}, 1 worker"]
+        for name, seconds in m.items():
+            if name.startswith(mode) or (mode == "batched" and name.startswith("TorchOpt")):
+                t = result["times_s"][name]
+                print(f"  {name:27s} {seconds * 1e3:9.1f} ms (min {min(t) * 1e3:.1f}, max "
+                      f"{max(t) * 1e3:.1f})   vs {mode}, 1 worker: {base / seconds:5.2f}x")
+    cpu = result["cpu_s"]
+    for mode in ("per task", "batched"):
+        one, two = cpu[f"{mode}, 1 worker"], cpu[f"{mode}, 2 workers"]
+        print(f"  {mode}: CPU seconds per step (rank 0 + rank 1): 1 worker "
+              f"{one[0] * 1e3:.1f} + {one[1] * 1e3:.1f} ms, 2 workers {two[0] * 1e3:.1f} + "
+              f"{two[1] * 1e3:.1f} ms; on two free cores: {sum(one) / max(two):.2f}x")
+    print(f"  batched vs per task, 2 workers: "
+          f"{m['per task, 2 workers'] / m['batched, 2 workers']:.2f}x")
+    for name, seconds in result["worker_seconds"].items():
+        print(f"  {name}: each worker's own seconds (median) "
+              + ", ".join(f"{w} {s * 1e3:.1f} ms" for w, s in seconds.items())
+              + f"; partition {result['partition'][name]}")
+    print("  shipped once per worker (bytes): " + ", ".join(
+        f"{k} {v}" for k, v in result["artifact_bytes"].items())
+          + f"; per step, per task: answer {result['answer_bytes_per_task']} bytes")
+    print("  first call (artifacts made, shipped and loaded): "
           + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in result["first_call_s"].items()))
-    print(f"  scheduler vs TorchOpt idiom, 2 workers: "
-          f"{m['TorchOpt idiom, 2 workers'] / m['scheduler, 2 workers']:.2f}x")
-    print(f"  last partition: {result['partition']}")
-    print(f"cost model: t_task {result['t_task'] * 1e3:.3f} ms, t_msg {result['t_msg'] * 1e3:.3f} ms, "
-          f"t_reduce {result['t_reduce'] * 1e6:.2f} us per task")
+    if "TorchOpt idiom, 2 workers" in m:
+        print(f"  batched scheduler vs TorchOpt idiom, 2 workers: "
+              f"{m['TorchOpt idiom, 2 workers'] / m['batched, 2 workers']:.2f}x")
+    print(f"cost model (per task): t_task {result['t_task'] * 1e3:.3f} ms, t_msg "
+          f"{result['t_msg'] * 1e3:.3f} ms, t_reduce {result['t_reduce'] * 1e6:.2f} us per task")
     for w in (1, 2, 8, 64):
         t = project(result, w)
         print(f"  projected {w:3d} workers: {t * 1e3:8.1f} ms   speed-up {project(result, 1) / t:5.2f}x"
-              + (f"   (measured {m['scheduler, 2 workers'] * 1e3:.1f} ms)" if w == 2 else ""))
+              + (f"   (measured {m['per task, 2 workers'] * 1e3:.1f} ms)" if w == 2 else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

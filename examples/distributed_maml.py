@@ -2,12 +2,14 @@
 the meta-batch's compiled tasks on every worker of the world.
 
     python3 -m metafuse.distributed.launch -n 2 examples/distributed_maml.py
+    metafuse launch -n 2 examples/distributed_maml.py --batched
     torchrun --nproc_per_node=2 examples/distributed_maml.py   # where torchrun starts
 
 Rank 0 owns the meta-parameters and the meta-optimizer; each meta-step it
 sends every worker the parameters and its share of the tasks in one RPC,
 gets back losses and per-task gradients, and `loss.backward()` reaches the
-parameters. The other ranks only serve RPCs. Prints the meta-training loss
+parameters. With --batched each worker runs its share as one batched
+program (metafuse.vmap of the task). The other ranks only serve RPCs. Prints the meta-training loss
 every few steps and how the tasks were split; it falls.
 """
 
@@ -54,10 +56,10 @@ def worker_init():
 
 
 @todist.rank_zero_only
-def train(steps, tasks):
+def train(steps, tasks, batched):
     params = {k: v.detach().clone().requires_grad_() for k, v in NET.named_parameters()}
     meta_opt = torch.optim.Adam(params.values(), lr=1e-3)
-    scheduler = todist.TaskScheduler(task_loss, reduction="mean")
+    scheduler = todist.TaskScheduler(task_loss, reduction="mean", batched=batched)
     generator = torch.Generator().manual_seed(1)
     for step in range(steps):
         meta_opt.zero_grad()
@@ -74,8 +76,10 @@ def main():
     parser = argparse.ArgumentParser(description="distributed MAML on sinusoids")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--tasks", type=int, default=64, help="meta-batch size")
+    parser.add_argument("--batched", action="store_true",
+                        help="each worker's share as one batched program")
     args = parser.parse_args()
-    train(args.steps, args.tasks)
+    train(args.steps, args.tasks, args.batched)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import torch
 from cli_helpers import cli, write_job_script
 from metafuse.cli import main
 
-COMMANDS = ("compile", "inspect", "run", "profile", "cache")
+COMMANDS = ("compile", "inspect", "run", "profile", "cache", "launch")
 
 
 @pytest.fixture(scope="module")

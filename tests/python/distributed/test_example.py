@@ -1,19 +1,24 @@
 """examples/distributed_maml.py runs under the launcher with 2 processes
-and its meta-loss falls."""
+(per task, and batched under `metafuse launch`) and its meta-loss falls."""
 
 import os
 import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
-def test_distributed_maml_example_trains():
+@pytest.mark.parametrize("launcher, mode", [(["metafuse.distributed.launch"], []),
+                                           (["metafuse", "launch"], ["--batched"])])
+def test_distributed_maml_example_trains(launcher, mode):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "frontend", "python"))
     done = subprocess.run(
-        [sys.executable, "-m", "metafuse.distributed.launch", "-n", "2", "--timeout", "150",
-         os.path.join(ROOT, "examples", "distributed_maml.py"), "--steps", "31", "--tasks", "16"],
+        [sys.executable, "-m", *launcher, "-n", "2", "--timeout", "150",
+         os.path.join(ROOT, "examples", "distributed_maml.py"), "--steps", "31", "--tasks", "16",
+         *mode],
         env=env, capture_output=True, text=True, timeout=200)
     assert done.returncode == 0, done.stderr[-3000:]
     losses = [float(x) for x in re.findall(r"meta-loss (\S+)", done.stdout)]

@@ -5,6 +5,7 @@
     metafuse run job.mfa [--steps N]
     metafuse profile SCRIPT.py:FUNCTION [--example NAME] [--trace PATH]
     metafuse cache list|clear|verify [--dir DIR]
+    metafuse launch -n N script.py [args]
 
 One module per subcommand, each with ``add_parser(subparsers)`` and
 ``run(args) -> exit status``. Exit status: 0 success, 2 bad usage (argparse),
@@ -17,10 +18,11 @@ import argparse
 import sys
 
 from metafuse.cli import (cache_command, compile_command, inspect_command,
-                          profile_command, run_command)
+                          launch_command, profile_command, run_command)
 from metafuse.cli.errors import CliError
 
-_COMMANDS = (compile_command, inspect_command, run_command, profile_command, cache_command)
+_COMMANDS = (compile_command, inspect_command, run_command, profile_command, cache_command,
+             launch_command)
 
 __all__ = ["main", "build_parser", "CliError"]
 
@@ -30,7 +32,7 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="metafuse",
         description="Compile, inspect, run and profile metafuse programs and jobs; "
-                    "manage the kernel cache.")
+                    "manage the kernel cache; launch distributed jobs.")
     parser.add_argument("--debug", action="store_true",
                         help="show the full Python traceback of any failure")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

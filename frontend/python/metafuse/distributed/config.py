@@ -10,12 +10,24 @@ import errno
 import os
 import socket
 
-__all__ = ["WorldConfigError", "DEFAULT_TIMEOUT", "default_timeout", "read_world",
-           "check_master_address", "free_port", "worker_environment"]
+__all__ = ["WorldConfigError", "DEFAULT_TIMEOUT", "DEFAULT_TRANSPORTS", "default_timeout",
+           "default_transports", "thread_share", "read_world", "check_master_address",
+           "free_port", "worker_environment"]
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds an RPC (and the rendezvous) may take before it fails; the
 METAFUSE_RPC_TIMEOUT variable overrides it."""
+
+
+DEFAULT_TRANSPORTS = ("uv",)
+"""TensorPipe transports RPC uses (METAFUSE_RPC_TRANSPORTS overrides). Not
+torch's default, which puts "shm" first on one host: the shm transport's
+reactor thread busy-polls, and took 29-45% of a core in every process of a
+world even while it was idle (measured over 3 s; "uv", libuv over TCP,
+took 0.4%). On a machine with a core per worker that stolen time is what
+kept 2 workers from being faster than 1."""
+
+_KNOWN_TRANSPORTS = ("uv", "shm", "ibv")
 
 
 class WorldConfigError(RuntimeError):
@@ -40,6 +52,46 @@ def default_timeout():
         raise WorldConfigError(f"METAFUSE_RPC_TIMEOUT must be a positive number of "
                                f"seconds, got {text!r}")
     return value
+
+
+def default_transports():
+    """The TensorPipe transports: METAFUSE_RPC_TRANSPORTS (comma-separated,
+    in order of preference, e.g. "shm,uv" for torch's own choice), else
+    DEFAULT_TRANSPORTS.
+
+    Returns:
+        A list of str.
+
+    Raises:
+        WorldConfigError: a name is not a TensorPipe transport.
+    """
+    text = os.environ.get("METAFUSE_RPC_TRANSPORTS", "")
+    if not text.strip():
+        return list(DEFAULT_TRANSPORTS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in _KNOWN_TRANSPORTS]
+    if unknown or not names:
+        raise WorldConfigError(f"METAFUSE_RPC_TRANSPORTS must be a comma-separated list of "
+                               f"{', '.join(_KNOWN_TRANSPORTS)}; got {text!r}")
+    return names
+
+
+def thread_share(processes, cpus=None):
+    """Intra-op threads for each of ``processes`` processes on one host: the
+    usable cores divided among them, at least 1 (so that N workers with
+    OpenMP teams do not oversubscribe the cores; torchrun sets 1).
+
+    Args:
+        processes: processes on this host (positive int).
+        cpus: usable cores (default: this process's CPU affinity).
+
+    Returns:
+        An int >= 1.
+    """
+    if not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"thread_share: `processes` must be a positive int, got {processes!r}")
+    cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
+    return max(1, cpus // processes)
 
 
 def _int_variable(name, default, minimum):
@@ -129,8 +181,11 @@ def free_port(address="127.0.0.1"):
 
 
 def worker_environment(local_rank, nproc_per_node, *, master_addr, master_port,
-                       nnodes=1, node_rank=0, base=None):
-    """The environment of one worker process, as torchrun sets it.
+                       nnodes=1, node_rank=0, base=None, threads=None):
+    """The environment of one worker process, as torchrun sets it, with
+    OMP_NUM_THREADS set to the process's share of the cores unless ``base``
+    sets it (OpenMP reads it in every thread at start; torch.set_num_threads
+    later sets only the calling thread's, not RPC threads').
 
     Args:
         local_rank: the process's index on this node.
@@ -138,11 +193,17 @@ def worker_environment(local_rank, nproc_per_node, *, master_addr, master_port,
         master_addr, master_port: where rank 0 listens.
         nnodes, node_rank: the number of nodes and this node's index.
         base: the environment to extend (default: os.environ).
+        threads: OMP_NUM_THREADS to set (overrides ``base``'s), or None for
+            ``base``'s, else thread_share(nproc_per_node).
 
     Returns:
         A dict.
     """
     env = dict(os.environ if base is None else base)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    elif not env.get("OMP_NUM_THREADS"):
+        env["OMP_NUM_THREADS"] = str(thread_share(nproc_per_node))
     env.update(MASTER_ADDR=str(master_addr), MASTER_PORT=str(master_port),
                RANK=str(node_rank * nproc_per_node + local_rank),
                LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nnodes * nproc_per_node),

@@ -7,7 +7,10 @@ on Python 3.11 fails in elastic's argument parsing).
     python3 -m metafuse.distributed.launch --nnodes 2 --node-rank 0 \\
         --master-addr 10.0.0.1 --master-port 29500 -n 4 train.py
 
-The job ends when every process has exited. If one fails (non-zero exit)
+Each process gets OMP_NUM_THREADS = its share of the cores (at least 1),
+unless the environment sets it or ``--threads`` says otherwise, so that N
+workers' OpenMP teams do not oversubscribe the cores. The job ends when
+every process has exited. If one fails (non-zero exit)
 the others are stopped (SIGTERM, then SIGKILL) and its exit code is the
 launcher's (as torchrun; with ``--keep-going`` only rank 0's failure
 does, so that rank 0 can go on without a dead worker); after rank 0 succeeds the others get ``--grace`` seconds to
@@ -21,7 +24,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ["launch", "main"]
+__all__ = ["launch", "main", "add_arguments", "run_parsed"]
 
 from metafuse.distributed.config import free_port, worker_environment
 
@@ -63,7 +66,8 @@ def _check_launch_arguments(command, nproc_per_node, nnodes, node_rank, master_p
 
 
 def launch(command, nproc_per_node, *, nnodes=1, node_rank=0, master_addr="127.0.0.1",
-           master_port=0, grace=10.0, timeout=None, keep_going=False, log=None):
+           master_port=0, grace=10.0, timeout=None, keep_going=False, log=None,
+           threads=None):
     """Runs ``command`` in ``nproc_per_node`` processes with the world set.
 
     Args:
@@ -77,6 +81,8 @@ def launch(command, nproc_per_node, *, nnodes=1, node_rank=0, master_addr="127.0
         keep_going: a worker other than rank 0 that fails does not stop the
             job (rank 0 gets WorkerError and may go on without it).
         log: where the launcher reports stopped processes (default stderr).
+        threads: OMP_NUM_THREADS of each process (None: the environment's
+            if set, else the cores divided among the node's processes).
 
     Returns:
         The job's exit code: the first failing process's, 124 on timeout,
@@ -86,13 +92,16 @@ def launch(command, nproc_per_node, *, nnodes=1, node_rank=0, master_addr="127.0
         ValueError: an argument is out of range.
     """
     _check_launch_arguments(command, nproc_per_node, nnodes, node_rank, master_port)
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"launch: `threads` must be a positive int, got {threads!r}")
     port = master_port or free_port(master_addr)
     log = sys.stderr if log is None else log
     processes = []
     try:
         for local_rank in range(nproc_per_node):
             env = worker_environment(local_rank, nproc_per_node, master_addr=master_addr,
-                                     master_port=port, nnodes=nnodes, node_rank=node_rank)
+                                     master_port=port, nnodes=nnodes, node_rank=node_rank,
+                                     threads=threads)
             processes.append(subprocess.Popen(command, env=env, start_new_session=True))
         return _supervise(processes, node_rank, grace, timeout, log, keep_going)
     finally:
@@ -131,10 +140,9 @@ def _supervise(processes, node_rank, grace, timeout, log, keep_going=False):
         time.sleep(0.05)
 
 
-def _parser():
-    parser = argparse.ArgumentParser(
-        prog="python3 -m metafuse.distributed.launch",
-        description="Run a script in N local processes with the variables torchrun sets.")
+def add_arguments(parser):
+    """Adds the launcher's options and positionals to ``parser`` (this
+    module's command line and ``metafuse launch`` share them)."""
     parser.add_argument("-n", "--nproc-per-node", "--nproc_per_node", type=int, default=1,
                         dest="nproc_per_node", help="processes on this node (default 1)")
     parser.add_argument("--nnodes", type=int, default=1, help="number of nodes (default 1)")
@@ -144,6 +152,9 @@ def _parser():
                         dest="master_addr", help="address of the rank-0 node")
     parser.add_argument("--master-port", "--master_port", type=int, default=0,
                         dest="master_port", help="port of rank 0 (default: a free one)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="OMP_NUM_THREADS of each process (default: OMP_NUM_THREADS if "
+                             "set, else the cores divided among the processes)")
     parser.add_argument("--grace", type=float, default=10.0,
                         help="seconds the others may run after rank 0 succeeded")
     parser.add_argument("--timeout", type=float, default=None,
@@ -153,24 +164,41 @@ def _parser():
     parser.add_argument("-m", dest="module", action="store_true",
                         help="run the script argument as a module (python -m)")
     parser.add_argument("script", help="the Python script (or module with -m)")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    parser.add_argument("script_args", nargs=argparse.REMAINDER,
+                        help="the script's own arguments")
     return parser
 
 
-def main(argv=None):
-    """The command line (see the module docstring). Returns the exit code."""
-    args = _parser().parse_args(argv)
+DESCRIPTION = "Run a script in N local processes with the variables torchrun sets."
+
+
+def run_parsed(args, parser):
+    """Runs the job ``args`` (from add_arguments' options) describes.
+
+    Returns:
+        The job's exit code; bad values exit through ``parser.error`` (2).
+    """
     target = ["-m", args.script] if args.module else [args.script]
     try:
         return launch([sys.executable, "-u", *target, *args.script_args], args.nproc_per_node,
                       nnodes=args.nnodes, node_rank=args.node_rank,
                       master_addr=args.master_addr, master_port=args.master_port,
-                      grace=args.grace, timeout=args.timeout, keep_going=args.keep_going)
+                      grace=args.grace, timeout=args.timeout, keep_going=args.keep_going,
+                      threads=args.threads)
     except ValueError as exc:
-        print(f"metafuse.distributed.launch: {exc}", file=sys.stderr)
-        return 2
+        parser.error(str(exc).removeprefix("launch: "))
     except KeyboardInterrupt:
         return 130
+
+
+def main(argv=None):
+    """The command line (see the module docstring). Returns the exit code."""
+    parser = add_arguments(argparse.ArgumentParser(
+        prog="python3 -m metafuse.distributed.launch", description=DESCRIPTION))
+    try:
+        return run_parsed(parser.parse_args(argv), parser)
+    except SystemExit as exc:  # argparse's usage errors: 2, as a return value
+        return exc.code
 
 
 if __name__ == "__main__":

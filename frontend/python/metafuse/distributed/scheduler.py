@@ -18,8 +18,17 @@ the meta-gradient is the same bits whatever the partition, and a plain
 ``loss.backward()`` reaches the meta-parameters: no distributed-autograd
 context is needed.
 
+Batched mode (``batched=True``): each worker's share runs as ONE program,
+the task ``metafuse.vmap``ped over its parameters and data, compiled here
+for that share's size, shipped as its AOT artifact once per worker and
+size, and loaded there once; the parameters get a task dimension on the
+worker, so the program's gradient is per task and the caller's sum order is
+the same as in per-task mode.
+
 Balancing: each worker's measured seconds per task (a running average)
-sets its share of the next meta-batch. Failures: a worker that does not
+sets its share of the next meta-batch (in batched mode, where a new share
+size is a new program, only with ``balance=True`` and when the predicted
+step is 10% shorter). Failures: a worker that does not
 answer within ``timeout`` or whose process is gone raises WorkerError
 naming it; an exception inside a task arrives with the worker's
 traceback. ``remove_worker`` lets the caller go on with the others.
@@ -28,84 +37,21 @@ traceback. ``remove_worker`` lets the caller go on with the others.
 import itertools
 import os
 import tempfile
-import threading
-import time
 
 import torch
 import torch.distributed.rpc as rpc
 
 from metafuse import aot
 from metafuse import tree as _tree
+from metafuse.batching import vmap
 from metafuse.compiler import CompiledFunction
+from metafuse.distributed import task_runner
 from metafuse.distributed.config import default_timeout
 from metafuse.distributed.errors import gather_futures
 
-__all__ = ["TaskScheduler", "partition_sizes"]
+__all__ = ["TaskScheduler", "partition_sizes", "sticky_sizes"]
 
-# Worker side: registered tasks by key -> (callable, parameter TreeSpec).
-_REGISTRY = {}
-_REGISTRY_LOCK = threading.Lock()
 _KEYS = itertools.count()
-
-
-def _load_artifact(data):
-    """A LoadedProgram from an artifact's bytes (through a private file)."""
-    fd, path = tempfile.mkstemp(suffix=".mfa", prefix="metafuse-task-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return aot.load(path)
-    finally:
-        os.unlink(path)
-
-
-def _register(key, kind, payload, param_skeleton):
-    """Runs on a worker: keeps the task under ``key`` for later meta-steps."""
-    task = _load_artifact(payload) if kind == "artifact" else payload
-    spec = _tree.structure(param_skeleton)
-    with _REGISTRY_LOCK:
-        _REGISTRY[key] = (task, spec)
-    return True
-
-
-def _forget(key):
-    """Runs on a worker: drops a registered task."""
-    with _REGISTRY_LOCK:
-        _REGISTRY.pop(key, None)
-    return True
-
-
-def _run_tasks(key, param_leaves, batch, want_grads):
-    """Runs on a worker: every task of its slice, in order.
-
-    Returns:
-        (losses [k], per-leaf per-task gradients [k, *shape] or [], seconds).
-    """
-    start = time.perf_counter()
-    try:
-        task, spec = _REGISTRY[key]
-    except KeyError:
-        raise RuntimeError(f"TaskScheduler: task {key} is not registered on "
-                           f"{rpc.get_worker_info().name} (was the worker restarted?)") from None
-    count = batch[0].shape[0] if batch else 0
-    with torch.enable_grad():
-        leaves = [t.detach().requires_grad_(want_grads) for t in param_leaves]
-        params = _tree.unflatten(spec, leaves)
-        losses, grads = [], [[] for _ in leaves]
-        for i in range(count):
-            loss = task(params, *(b[i] for b in batch))
-            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-                raise TypeError(f"TaskScheduler: a task must return a scalar tensor, got "
-                                f"{type(loss).__name__}"
-                                f"{tuple(loss.shape) if isinstance(loss, torch.Tensor) else ''}")
-            if want_grads:
-                found = torch.autograd.grad(loss.reshape(()), leaves, allow_unused=True)
-                for slot, g, leaf in zip(grads, found, leaves):
-                    slot.append(torch.zeros_like(leaf) if g is None else g)
-            losses.append(loss.detach().reshape(()))
-    stacked = [torch.stack(g) for g in grads] if want_grads and count else []
-    empty = torch.empty(0, dtype=param_leaves[0].dtype) if param_leaves else torch.empty(0)
-    return (torch.stack(losses) if losses else empty), stacked, time.perf_counter() - start
 
 
 def partition_sizes(count, costs):
@@ -128,6 +74,46 @@ def partition_sizes(count, costs):
     for i in order[:count - sum(sizes)]:
         sizes[i] += 1
     return sizes
+
+
+def _skeleton(params):
+    """The parameters' structure, ints for leaves (what a worker needs)."""
+    return _tree.unflatten(_tree.structure(params), list(range(len(_tree.leaves(params)))))
+
+
+def sticky_sizes(current, proposed, costs, gain=0.1):
+    """The shares of the next split in batched mode, where a new share size
+    is a new program to compile and ship: ``proposed`` only if it shortens
+    the predicted step (the slowest worker's share times its seconds per
+    task) by more than ``gain``, else ``current``.
+
+    Args:
+        current, proposed: tasks per worker (lists of ints, same length).
+        costs: each worker's seconds per task.
+        gain: the fraction the predicted step must shrink by.
+
+    Returns:
+        ``current`` or ``proposed``.
+    """
+    def step(sizes):
+        return max(size * cost for size, cost in zip(sizes, costs))
+    return proposed if step(proposed) < (1 - gain) * step(current) else current
+
+
+def _artifact_bytes(compiled, *example_args):
+    """The bytes of ``compiled``'s AOT artifact for ``example_args``.
+
+    Raises:
+        RuntimeError: the call does not compile (it would run eagerly).
+    """
+    fd, path = tempfile.mkstemp(suffix=".mfa", prefix="metafuse-task-")
+    os.close(fd)
+    try:
+        aot.save(compiled, path, *example_args)
+        with open(path, "rb") as f:
+            return f.read()
+    finally:
+        os.unlink(path)
 
 
 class _RemoteTasks(torch.autograd.Function):
@@ -166,7 +152,18 @@ class TaskScheduler:
         timeout: seconds a worker may take per meta-step (default: 30, or
             METAFUSE_RPC_TIMEOUT).
         balance: re-split by measured cost after every meta-step (else equal
-            shares).
+            shares). Default: True per task, False batched (there a new
+            share size is a new program to compile; with True it re-splits
+            only for a 10% shorter predicted step).
+        batched: run each worker's share as one batched program (a
+            ``metafuse.vmap`` of the task, see the module docstring); the
+            task must compile with ``metafuse.compile`` (a plain function or
+            a ``metafuse.compile`` result), or the first call raises.
+
+    Attributes:
+        last_partition: [(worker name, first task, end)] of the last step.
+        last_seconds: {worker name: seconds its share took} in the last
+            step, measured where it ran (RPC and waiting excluded).
 
     Raises:
         TypeError: ``task`` is not callable.
@@ -174,9 +171,12 @@ class TaskScheduler:
             is not started.
     """
 
-    def __init__(self, task, workers=None, *, reduction="mean", timeout=None, balance=True):
+    def __init__(self, task, workers=None, *, reduction="mean", timeout=None, balance=None,
+                 batched=False):
         if not callable(task):
             raise TypeError(f"TaskScheduler: `task` must be callable, got {task!r}")
+        if not isinstance(batched, bool):
+            raise TypeError(f"TaskScheduler: `batched` must be a bool, got {batched!r}")
         if reduction not in ("mean", "sum"):
             raise ValueError(f"TaskScheduler: `reduction` must be 'mean' or 'sum', got "
                              f"{reduction!r}")
@@ -190,7 +190,8 @@ class TaskScheduler:
                        for w in workers])
         if not infos:
             raise ValueError("TaskScheduler: `workers` must name at least one worker")
-        self.task, self.reduction, self.balance = task, reduction, balance
+        self.task, self.reduction, self.batched = task, reduction, batched
+        self.balance = (not batched) if balance is None else bool(balance)
         self.timeout = default_timeout() if timeout is None else float(timeout)
         self._me = me
         self._workers = sorted({i.id: i for i in infos}.values(), key=lambda i: i.id)
@@ -198,8 +199,14 @@ class TaskScheduler:
         self._registered = {}  # worker id -> (key, guard)
         self._key = f"{me.name}:{os.getpid()}:{next(_KEYS)}"
         self._payload = None
+        self._batched_fn = None  # batched mode: the vmap of the task
+        self._artifacts = {}  # batched mode: share size -> artifact bytes (this guard)
+        self._sizes_sent = {}  # batched mode: worker id -> sizes it has loaded
+        self._sizes = None  # batched mode: (count, worker ids, sizes) of the last split
+        self._spec = None  # the parameters' TreeSpec of the current call
         self._grad_mode = True
         self.last_partition = []
+        self.last_seconds = {}
 
     @staticmethod
     def _info(rank):
@@ -264,6 +271,7 @@ class TaskScheduler:
                              f"dim 0 (the number of tasks), got {[b.shape[0] for b in task_batch]}")
         self._ensure_registered(params, leaves, task_batch)
         self._grad_mode = torch.is_grad_enabled()
+        self._spec = spec
         return _RemoteTasks.apply(self, task_batch, *leaves)
 
     def _guard(self, leaves, task_batch):
@@ -275,11 +283,19 @@ class TaskScheduler:
         pending = [w for w in self._workers if self._registered.get(w.id, (None, None))[1] != guard]
         if not pending:
             return
+        if self.batched:  # programs per share size, shipped when a size is first used
+            if self._payload is None or self._payload[0] != guard:
+                self._payload = (guard, "batched", None)
+                self._artifacts, self._sizes = {}, None
+            for w in pending:
+                self._registered[w.id] = (self._key, guard)
+                self._sizes_sent[w.id] = set()
+            return
         if self._payload is None or self._payload[0] != guard:
             self._payload = (guard, *self._make_payload(params, task_batch))
         _, kind, data = self._payload
-        skeleton = _tree.unflatten(_tree.structure(params), list(range(len(leaves))))
-        futures = [rpc.rpc_async(w.id, _register, args=(self._key, kind, data, skeleton),
+        futures = [rpc.rpc_async(w.id, task_runner.register,
+                                 args=(self._key, kind, data, _skeleton(params)),
                                  timeout=self.timeout) for w in pending]
         gather_futures(futures, [(w.name, w.id) for w in pending]).wait()
         for w in pending:
@@ -289,23 +305,57 @@ class TaskScheduler:
         """("artifact", bytes) for a compiled function, else ("callable", task)."""
         if not isinstance(self.task, CompiledFunction):
             return "callable", self.task
-        example = (params, *(b[0] for b in task_batch))
-        fd, path = tempfile.mkstemp(suffix=".mfa", prefix="metafuse-task-")
-        os.close(fd)
         try:
-            aot.save(self.task, path, *example)
-            with open(path, "rb") as f:
-                return "artifact", f.read()
+            return "artifact", _artifact_bytes(self.task, params, *(b[0] for b in task_batch))
         except RuntimeError:  # the call runs eagerly: nothing compiled to ship
             return "callable", self.task
-        finally:
-            os.unlink(path)
+
+    def _ship_batched(self, param_leaves, task_batch, parts):
+        """Batched mode: every worker gets the programs for the share sizes
+        it lacks (compiled here once per size), in one RPC per worker."""
+        missing = {}
+        for w, a, b in parts:
+            if b - a not in self._sizes_sent[w.id]:
+                missing.setdefault(w.id, (w, []))[1].append(b - a)
+        if not missing:
+            return
+        if self._batched_fn is None:  # the per-task Python function, vmapped
+            self._batched_fn = vmap(self.task.fn if isinstance(self.task, CompiledFunction)
+                                    else self.task)
+        spec = self._spec
+        for size in sorted({k for _, sizes in missing.values() for k in sizes}):
+            if size not in self._artifacts:
+                expanded = [t.detach().unsqueeze(0).expand(size, *t.shape).contiguous()
+                            .requires_grad_() for t in param_leaves]
+                try:
+                    self._artifacts[size] = _artifact_bytes(
+                        self._batched_fn, _tree.unflatten(spec, expanded),
+                        *(b[:size].contiguous() for b in task_batch))
+                except RuntimeError as exc:
+                    raise ValueError(f"TaskScheduler(batched=True): the task cannot be "
+                                     f"compiled as one program for {size} tasks ({exc}); "
+                                     "use batched=False") from None
+        skeleton = _tree.unflatten(spec, list(range(len(param_leaves))))
+        targets = list(missing.values())
+        futures = [rpc.rpc_async(w.id, task_runner.register_batched,
+                                 args=(self._key, {k: self._artifacts[k] for k in sizes},
+                                       skeleton, not self._sizes_sent[w.id]),
+                                 timeout=self.timeout)
+                   for w, sizes in targets]
+        gather_futures(futures, [(w.name, w.id) for w, _ in targets]).wait()
+        for w, sizes in targets:
+            self._sizes_sent[w.id].update(sizes)
 
     def _split(self, count):
-        if self.balance and all(w.id in self._costs for w in self._workers):
-            sizes = partition_sizes(count, [self._costs[w.id] for w in self._workers])
-        else:
-            sizes = partition_sizes(count, [1.0] * len(self._workers))
+        ids = [w.id for w in self._workers]
+        measured = self.balance and all(i in self._costs for i in ids)
+        costs = [self._costs[i] if measured else 1.0 for i in ids]
+        sizes = partition_sizes(count, costs)
+        if self.batched:
+            last = self._sizes
+            if last is not None and last[:2] == (count, ids):
+                sizes = sticky_sizes(last[2], sizes, costs)
+            self._sizes = (count, ids, sizes)
         bounds, start = [], 0
         for w, size in zip(self._workers, sizes):
             bounds.append((w, start, start + size))
@@ -316,18 +366,22 @@ class TaskScheduler:
         count = task_batch[0].shape[0]
         parts = [p for p in self._split(count) if p[2] > p[1]]
         self.last_partition = [(w.name, a, b) for w, a, b in parts]
+        run = task_runner.run_batched if self.batched else task_runner.run_tasks
+        if self.batched:
+            self._ship_batched(param_leaves, task_batch, parts)
         slices = {w.id: [t[a:b].contiguous() for t in task_batch] for w, a, b in parts}
         remote = [p for p in parts if p[0].id != self._me.id]
-        futures = [rpc.rpc_async(w.id, _run_tasks,
+        futures = [rpc.rpc_async(w.id, run,
                                  args=(self._key, param_leaves, slices[w.id], want_grads),
                                  timeout=self.timeout) for w, _, _ in remote]
         gathered = gather_futures(futures, [(w.name, w.id) for w, _, _ in remote])
         results = {}
         local = [p for p in parts if p[0].id == self._me.id]
         for w, _, _ in local:  # this worker's share runs here while the others work
-            results[w.id] = _run_tasks(self._key, param_leaves, slices[w.id], want_grads)
+            results[w.id] = run(self._key, param_leaves, slices[w.id], want_grads)
         for (w, _, _), value in zip(remote, gathered.wait()):
             results[w.id] = value
+        self.last_seconds = {w.name: results[w.id][2] for w, _, _ in parts}
         for w, a, b in parts:
             seconds = results[w.id][2] / (b - a)
             old = self._costs.get(w.id)

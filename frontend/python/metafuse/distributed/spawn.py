@@ -16,7 +16,7 @@ import queue as _queue
 import time
 import traceback
 
-from metafuse.distributed.config import free_port, worker_environment
+from metafuse.distributed.config import free_port, thread_share, worker_environment
 
 __all__ = ["spawn", "SpawnError"]
 
@@ -35,7 +35,8 @@ class SpawnError(RuntimeError):
 
 def _entry(fn, args, rank, nprocs, port, init_rpc, threads, results):
     os.environ.update({k: v for k, v in worker_environment(
-        rank, nprocs, master_addr="127.0.0.1", master_port=port, base={}).items()})
+        rank, nprocs, master_addr="127.0.0.1", master_port=port, base={}).items()
+        if k != "OMP_NUM_THREADS"})  # too late here: spawn set it before the start
     try:
         import torch
         if threads is not None:
@@ -65,7 +66,16 @@ def _reap(processes, wait=5.0):
             p.join()
 
 
-def spawn(fn, nprocs, args=(), *, timeout=300.0, init_rpc=True, threads=1):
+def _thread_environment(threads, nprocs):
+    """OMP_NUM_THREADS for the children, which must hold before they start:
+    OpenMP reads it once, for every thread (torch.set_num_threads in the
+    child sets only its main thread's, not its RPC threads')."""
+    if threads == "auto":
+        return os.environ.get("OMP_NUM_THREADS") or str(thread_share(nprocs))
+    return None if threads is None else str(threads)
+
+
+def spawn(fn, nprocs, args=(), *, timeout=300.0, init_rpc=True, threads="auto"):
     """Runs ``fn(*args)`` in ``nprocs`` local processes, one world.
 
     Args:
@@ -75,7 +85,9 @@ def spawn(fn, nprocs, args=(), *, timeout=300.0, init_rpc=True, threads=1):
         args: its arguments (picklable).
         timeout: seconds the whole world may take.
         init_rpc: start RPC in each process before ``fn`` (auto_init_rpc).
-        threads: torch threads per process (None: torch's default).
+        threads: intra-op threads per process: "auto" (OMP_NUM_THREADS if
+            set, else the cores divided among the processes), an int, or
+            None (torch's default).
 
     Returns:
         A list of each rank's return value.
@@ -87,6 +99,11 @@ def spawn(fn, nprocs, args=(), *, timeout=300.0, init_rpc=True, threads=1):
     """
     if not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"spawn: `nprocs` must be a positive int, got {nprocs!r}")
+    if not (threads in (None, "auto") or (isinstance(threads, int) and threads >= 1)):
+        raise ValueError(f"spawn: `threads` must be 'auto', None or a positive int, got "
+                         f"{threads!r}")
+    omp_threads = _thread_environment(threads, nprocs)
+    threads = None if omp_threads is None else int(omp_threads)
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     port = free_port()
@@ -95,9 +112,18 @@ def spawn(fn, nprocs, args=(), *, timeout=300.0, init_rpc=True, threads=1):
                                        threads, results))
                  for rank in range(nprocs)]
     values = {}
+    saved = os.environ.get("OMP_NUM_THREADS")
     try:
-        for p in processes:
-            p.start()
+        if omp_threads is not None:  # inherited by the children at start
+            os.environ["OMP_NUM_THREADS"] = omp_threads
+        try:
+            for p in processes:
+                p.start()
+        finally:
+            if saved is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = saved
         deadline = time.monotonic() + timeout
         while len(values) < nprocs:
             try:

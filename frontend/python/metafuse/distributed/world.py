@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch.distributed.rpc as rpc
 
 from metafuse.distributed.config import (WorldConfigError, check_master_address,
-                                         default_timeout, read_world)
+                                         default_timeout, default_transports, read_world)
 
 __all__ = ["get_world_info", "get_world_rank", "get_rank", "get_world_size",
            "get_local_rank", "get_local_world_size", "get_worker_id", "barrier",
@@ -165,10 +165,13 @@ def _shutdown_bounded():
 
 
 def _backend_options(options):
-    """RPC options with metafuse's default timeout when none were given."""
+    """RPC options with metafuse's default timeout and transports (no
+    busy-polling shm reactor: config.DEFAULT_TRANSPORTS) when none were
+    given."""
     if options is not None:
         return options
-    return rpc.TensorPipeRpcBackendOptions(rpc_timeout=default_timeout())
+    return rpc.TensorPipeRpcBackendOptions(rpc_timeout=default_timeout(),
+                                           _transports=default_transports())
 
 
 def _startup_failure(info, options, detail):
@@ -217,7 +220,8 @@ def init_rpc_from_environment(*, backend=None, rpc_backend_options=None):
     Args:
         backend: an rpc.BackendType or None (TensorPipe).
         rpc_backend_options: options, or None for TensorPipe with the
-            default timeout (METAFUSE_RPC_TIMEOUT, 30 s).
+            default timeout (METAFUSE_RPC_TIMEOUT, 30 s) and transports
+            (METAFUSE_RPC_TRANSPORTS, "uv").
 
     Returns:
         This process's WorldInfo.
@@ -269,7 +273,8 @@ def auto_init_rpc(worker_init_fn=None, worker_name_format=default_worker_name_fo
             local_world_size) -> str``, the worker names.
         backend: an rpc.BackendType, or None for TensorPipe.
         rpc_backend_options: options, or None for TensorPipe with metafuse's
-            default timeout (METAFUSE_RPC_TIMEOUT, 30 s; torch's is 60 s).
+            default timeout (METAFUSE_RPC_TIMEOUT, 30 s; torch's is 60 s)
+            and transports (METAFUSE_RPC_TRANSPORTS, "uv").
 
     Returns:
         The decorator.
