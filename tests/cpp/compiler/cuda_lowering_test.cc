@@ -80,7 +80,9 @@ TEST(CudaLowering, CpuGraphKeepsHostKernels) {
   EXPECT_TRUE(code.kernels[0].cuda_source.empty());
   // Same kernel IR on both devices: only the printed code differs.
   const runtime::ProgramCode cuda = Lower("cuda:0");
-  if (!cuda.kernels.empty()) EXPECT_EQ(cuda.kernels[0].kernel_ir, code.kernels[0].kernel_ir);
+  if (!cuda.kernels.empty()) {
+    EXPECT_EQ(cuda.kernels[0].kernel_ir, code.kernels[0].kernel_ir);
+  }
 }
 
 TEST(CudaLowering, CudaProgramRefusesCpuTensorsClearly) {
