@@ -92,11 +92,13 @@ Value* ConstantFilled(Graph& g, Node* n, double value) {
   auto dtype = ConstantOf(n->input(1));
   auto device = ConstantOf(n->input(3));
   if (!sizes || !dtype || !device || !dtype->isInt() || !device->isDevice() ||
-      !device->toDevice().is_cpu()) {
-    return Reject("constant sizes, dtype and a CPU device expected");
+      !(device->toDevice().is_cpu() || device->toDevice().is_cuda())) {
+    return Reject("constant sizes, dtype and a CPU or CUDA device expected");
   }
   at::Tensor filled = at::full(*sizes, value,
-                               at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype->toInt())));
+                               at::TensorOptions()
+                                   .dtype(static_cast<at::ScalarType>(dtype->toInt()))
+                                   .device(device->toDevice()));
   return g.insertConstant(filled);
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/ir/constants.h>
 
 namespace metafuse::compiler {
@@ -106,22 +107,34 @@ std::optional<int64_t> StepCount(double b1, double bc1, double b2, double bc2) {
   return std::nullopt;
 }
 
-// Every value: a float/double CPU tensor with the same known sizes (the
-// kernel checks exactly this and does not broadcast).
-bool SameShapeCpuFloating(const std::vector<Value*>& values) {
+// Whether metafuse::adam has a kernel for `device`: the CPU always; CUDA
+// where the kernels library registered its CUDA form (a CUDA torch build).
+bool AdamKernelRunsOn(c10::Device device) {
+  if (device.is_cpu()) return true;
+  if (!device.is_cuda()) return false;
+  auto op = c10::Dispatcher::singleton().findOp({"metafuse::adam", ""});
+  return op.has_value() && op->hasKernelForDispatchKey(c10::DispatchKey::CUDA);
+}
+
+// Every value: a float/double tensor with the same known sizes on one
+// device metafuse::adam runs on (the kernel checks exactly this and does not
+// broadcast).
+bool SameShapeFloatingOnKernelDevice(const std::vector<Value*>& values) {
   c10::optional<std::vector<int64_t>> sizes;
   c10::optional<c10::ScalarType> dtype;
+  c10::optional<c10::Device> on;
   for (Value* v : values) {
     auto t = v->type()->cast<c10::TensorType>();
     if (!t) return false;
     auto s = t->sizes().concrete_sizes();
     auto st = t->scalarType();
     auto device = t->device();
-    if (!s || !st || !device || !device->is_cpu()) return false;
+    if (!s || !st || !device || !AdamKernelRunsOn(*device)) return false;
     if (*st != c10::kFloat && *st != c10::kDouble) return false;
-    if (sizes && (*s != *sizes || *st != *dtype)) return false;
+    if (sizes && (*s != *sizes || *st != *dtype || *device != *on)) return false;
     sizes = s;
     dtype = st;
+    on = device;
   }
   return true;
 }
@@ -247,7 +260,7 @@ std::optional<Chain> MatchAdam(Node* sqrt_node) {
   c.count = *count;
   std::vector<Value*> tensors = {c.grad, c.mu, c.nu, c.mu_new, c.nu_new, c.update};
   if (c.param != nullptr) tensors.push_back(c.param);
-  if (!SameShapeCpuFloating(tensors)) return std::nullopt;
+  if (!SameShapeFloatingOnKernelDevice(tensors)) return std::nullopt;
   return c;
 }
 

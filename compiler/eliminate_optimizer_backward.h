@@ -27,8 +27,10 @@
 // corrections equal 1 - b^t for one integer step count t, the EMA weights
 // equal 1 - b exactly), the chain's intermediate values (everything but mu',
 // nu' and the update) have no users outside the chain, and the grad, the
-// moments, the parameter and the results are CPU float/double tensors of one
-// known shape (the node's kernel takes no broadcasting). Anything else
+// moments, the parameter and the results are float/double tensors of one
+// known shape on one device the node has a kernel for (the CPU; CUDA where
+// the kernels' CUDA form is registered), since the node's kernel takes no
+// broadcasting. Anything else
 // (AMSGrad's running maximum, a tensor learning rate, a reused intermediate)
 // is left as it is. Values agree with the chain to rounding (the node
 // evaluates the same formula in a different association order).

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/fusion_group.h"
 #include "compiler/specialize_shapes.h"
+#include "runtime/kernel_target.h"
 
 namespace metafuse::compiler {
 
@@ -93,13 +94,22 @@ bool IsFusibleNode(const Node* node) {
   auto form = FormOf(node);
   if (!form || node->outputs().size() != 1) return false;
   auto out = CompleteTensorType(node->output());
-  if (!out || out->device() != at::kCPU) return false;
+  // Fused where this build has a kernel compiler for the device (the LLVM JIT
+  // for the CPU, NVRTC for CUDA); elsewhere the node runs as its operator.
+  if (!out || !runtime::CanFuseOn(*out->device(), runtime::BuiltKernelBackends())) {
+    return false;
+  }
+  const c10::Device device = *out->device();
   const c10::ScalarType out_dtype = *out->scalarType();
   std::vector<const Value*> tensors;
   for (const Value* in : node->inputs()) {
     if (in->type()->isSubtypeOf(*c10::TensorType::get())) {
       auto t = CompleteTensorType(in);
-      if (!t || t->device() != at::kCPU) return false;
+      // A 0-dim CPU tensor (a traced Python number) may join CUDA work, as
+      // in ATen; the CUDA launch copies it to the device.
+      if (!t || (*t->device() != device && !(t->device()->is_cpu() && *t->dim() == 0))) {
+        return false;
+      }
       tensors.push_back(in);
     }
   }

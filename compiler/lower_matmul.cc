@@ -12,12 +12,14 @@ namespace aten = torch::jit::aten;
 
 namespace {
 
-// A float32/float64 CPU matrix of `rank` 2, or a stack of them (rank 3, one
-// per task, from aten::bmm): the GEMM operation reads row-major or
-// column-major matrices in place and copies any other layout.
+// A float32/float64 CPU or CUDA matrix of `rank` 2, or a stack of them
+// (rank 3, one per task, from aten::bmm): on the CPU the GEMM operation reads
+// row-major or column-major matrices in place and copies any other layout;
+// on CUDA it calls ATen (cuBLAS) with the transposes folded in.
 bool RowMajorMatrix(const Value* v, int64_t rank = 2) {
   auto t = CompleteTensorType(v);
-  if (!t || static_cast<int64_t>(t->dim().value_or(0)) != rank || t->device() != at::kCPU)
+  if (!t || static_cast<int64_t>(t->dim().value_or(0)) != rank ||
+      !(t->device()->is_cpu() || t->device()->is_cuda()))
     return false;
   const auto type = *t->scalarType();
   return type == at::kFloat || type == at::kDouble;

@@ -5,6 +5,7 @@
 
 #include <torch/csrc/jit/ir/constants.h>
 
+#include "compiler/codegen/cuda_printer.h"
 #include "compiler/codegen/llvm_printer.h"
 #include "compiler/fusion_group.h"
 #include "compiler/lower_fusion_group.h"
@@ -164,7 +165,11 @@ class Lowering {
     runtime::LaunchPlan plan;
     auto known = kernel_index_.find(fused.kernel.name);
     if (known == kernel_index_.end()) {
-      auto kernel = codegen::HostKernelCode(fused.kernel);
+      // The group's device picks the printer: CUDA source for NVRTC, LLVM IR
+      // for the host JIT (IsFusibleNode fuses nothing else).
+      const auto device = group->output(0)->type()->expectRef<c10::TensorType>().device();
+      auto kernel = device && device->is_cuda() ? codegen::CudaKernelCode(fused.kernel)
+                                                : codegen::HostKernelCode(fused.kernel);
       TORCH_CHECK(kernel.ok(), "metafuse: cannot print fused kernel ", fused.kernel.name, ": ",
                   kernel.status().ToString());
       known = kernel_index_.emplace(fused.kernel.name, code_.kernels.size()).first;

@@ -4,7 +4,8 @@
 // Registers are allocated per value; constants become the initial register
 // file. Each node becomes one instruction:
 //   - metafuse::FusionGroup: its kernel (lower_fusion_group.h) printed for
-//     the host (codegen/llvm_printer.h), plus the launch plan (bindings,
+//     its device (codegen/llvm_printer.h for the host, codegen/cuda_printer.h
+//     for CUDA tensors), plus the launch plan (bindings,
 //     segments, output sizes, buffer reuse from plan_buffers.h);
 //   - metafuse::gemm (lower_matmul.h): a GEMM plan;
 //   - with `plain_reductions`, small sums and means of complete shapes: a

@@ -1,5 +1,7 @@
 #include "compiler/specializing_function.h"
 
+#include "runtime/kernel_target.h"
+
 namespace metafuse::compiler {
 
 std::shared_ptr<SpecializingFunction> SpecializingFunction::Compile(CompileRequest request,
@@ -37,6 +39,11 @@ std::shared_ptr<const SpecializedExecutable> SpecializingFunction::last_speciali
 
 std::shared_ptr<const runtime::ExecutableProgram> SpecializingFunction::Choose(
     const std::vector<c10::IValue>& inputs) const {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].isTensor() || !inputs[i].toTensor().defined()) continue;
+    const absl::Status s = runtime::CheckProgramDevice(inputs[i].toTensor().device());
+    TORCH_CHECK(s.ok(), "compiled function, input ", i, ": ", s.message());
+  }
   if (!fusion()) {  // before computing any signature
     generic();
     return generic_;

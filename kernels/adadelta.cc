@@ -66,8 +66,6 @@ struct Adadelta : FusedOptimizer {
 }  // namespace
 }  // namespace kernels
 
-TORCH_LIBRARY_FRAGMENT(metafuse, m) {
-  kernels::RegisterFusedOp<kernels::Adadelta>(m);
-}
+METAFUSE_REGISTER_FUSED_OP(kernels::Adadelta)
 
 }  // namespace metafuse

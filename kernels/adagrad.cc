@@ -71,8 +71,6 @@ struct Adagrad : FusedOptimizer {
 }  // namespace
 }  // namespace kernels
 
-TORCH_LIBRARY_FRAGMENT(metafuse, m) {
-  kernels::RegisterFusedOp<kernels::Adagrad>(m);
-}
+METAFUSE_REGISTER_FUSED_OP(kernels::Adagrad)
 
 }  // namespace metafuse

@@ -46,8 +46,6 @@ struct Adam : AdamFamily {
 }  // namespace
 }  // namespace kernels
 
-TORCH_LIBRARY_FRAGMENT(metafuse, m) {
-  kernels::RegisterFusedOp<kernels::Adam>(m);
-}
+METAFUSE_REGISTER_FUSED_OP(kernels::Adam)
 
 }  // namespace metafuse

@@ -79,8 +79,6 @@ struct Adamax : FusedOptimizer {
 }  // namespace
 }  // namespace kernels
 
-TORCH_LIBRARY_FRAGMENT(metafuse, m) {
-  kernels::RegisterFusedOp<kernels::Adamax>(m);
-}
+METAFUSE_REGISTER_FUSED_OP(kernels::Adamax)
 
 }  // namespace metafuse

@@ -223,4 +223,34 @@ void RegisterFusedOp(torch::Library& m) {
   m.def(schemas[2].c_str(), TORCH_FN(Op::MultiInPlace));
 }
 
+// The same three functions as the kernels of one dispatch key. A build
+// against CUDA torch registers them for CUDA and AutogradCUDA: the functions
+// build their own autograd node (FusedStep), and with a CUDA kernel
+// registered the catch-all no longer serves AutogradCUDA.
+template <class Opt>
+void RegisterFusedOpImpls(torch::Library& m) {
+  using Op = FusedOp<Opt>;
+  const std::string name = Opt::kName;
+  m.impl(name.c_str(), TORCH_FN(Op::Single));
+  m.impl((name + "_multi").c_str(), TORCH_FN(Op::Multi));
+  m.impl((name + "_multi_").c_str(), TORCH_FN(Op::MultiInPlace));
+}
+
 }  // namespace metafuse::kernels
+
+// One line per optimizer file (at namespace metafuse scope): the three ops
+// of `Opt`, and where torch has CUDA their CUDA registration (the element
+// loop's CUDA form is kernels/cuda/register_cuda.cc).
+#ifdef METAFUSE_WITH_CUDA_TORCH
+#define METAFUSE_REGISTER_FUSED_OP(Opt)                                   \
+  TORCH_LIBRARY_FRAGMENT(metafuse, m) { kernels::RegisterFusedOp<Opt>(m); } \
+  TORCH_LIBRARY_IMPL(metafuse, CUDA, m) {                                  \
+    kernels::RegisterFusedOpImpls<Opt>(m);                                 \
+  }                                                                        \
+  TORCH_LIBRARY_IMPL(metafuse, AutogradCUDA, m) {                          \
+    kernels::RegisterFusedOpImpls<Opt>(m);                                 \
+  }
+#else
+#define METAFUSE_REGISTER_FUSED_OP(Opt) \
+  TORCH_LIBRARY_FRAGMENT(metafuse, m) { kernels::RegisterFusedOp<Opt>(m); }
+#endif

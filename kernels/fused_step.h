@@ -242,6 +242,71 @@ void RunMode(int mode, int variant,
   }
 }
 
+// The CUDA form of the element loop, set by kernels/cuda/register_cuda.cc in
+// a build against CUDA torch (METAFUSE_WITH_CUDA_TORCH); null elsewhere. It
+// receives the host coefficients Opt::MakeCoeffs<T> built (T = float or
+// double, `dtype`), the variant, each used state's fixed slot (StateSlot)
+// and the lists RunFusedLoop gets, and enqueues the kernels on torch's
+// current stream of the tensors' device.
+struct CudaLoopArgs {
+  const char* op = "";
+  c10::ScalarType dtype = c10::kFloat;
+  const void* coeffs = nullptr;
+  int variant = 0;
+  std::vector<int> state_slots;  // per used state j
+  const std::vector<at::Tensor>* g = nullptr;
+  const std::vector<at::Tensor>* p = nullptr;  // empty: no params
+  const std::vector<std::vector<at::Tensor>>* s = nullptr;
+  const std::vector<at::Tensor>* u = nullptr;
+  const std::vector<std::vector<at::Tensor>>* so = nullptr;
+  const std::vector<std::vector<at::Tensor>>* aux = nullptr;  // empty: none
+};
+using CudaLoop = void (*)(const CudaLoopArgs&);
+inline CudaLoop& RegisteredCudaLoop() {
+  static CudaLoop loop = nullptr;
+  return loop;
+}
+
+inline std::string NoCudaKernelsMessage() {
+  return "this metafuse build has no CUDA kernels for its torch operators (build it "
+         "against a CUDA torch, which defines METAFUSE_WITH_CUDA_TORCH: pip install "
+         "--no-build-isolation .), or move the tensors to the CPU";
+}
+
+// RunFusedLoop's CUDA branch (functional modes only: the in-place step on
+// CUDA is the functional one followed by add_ / copy_).
+template <class Opt>
+void RunCudaLoop(const typename Opt::Hyper& h, const std::vector<at::Tensor>& g,
+                 const std::vector<at::Tensor>& p,
+                 const std::vector<std::vector<at::Tensor>>& s,
+                 const std::vector<at::Tensor>& u,
+                 const std::vector<std::vector<at::Tensor>>& so,
+                 const std::vector<std::vector<at::Tensor>>& aux) {
+  TORCH_CHECK(RegisteredCudaLoop() != nullptr, "metafuse::", Opt::kName, " on ",
+              g[0].device(), ": ", NoCudaKernelsMessage());
+  const c10::ScalarType dtype = g[0].scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble, "metafuse::", Opt::kName,
+              ": the CUDA kernels take float32 and float64, got ", dtype,
+              "; cast the tensors or use the CPU");
+  CudaLoopArgs a;
+  a.op = Opt::kName;
+  a.dtype = dtype;
+  a.variant = Opt::Variant(h);
+  for (size_t j = 0; j < s.size(); ++j) {
+    a.state_slots.push_back(StateSlot<Opt>(a.variant, static_cast<int>(j)));
+  }
+  a.g = &g, a.p = &p, a.s = &s, a.u = &u, a.so = &so, a.aux = &aux;
+  if (dtype == at::kFloat) {
+    const auto coeffs = Opt::template MakeCoeffs<float>(h);
+    a.coeffs = &coeffs;
+    RegisteredCudaLoop()(a);
+  } else {
+    const auto coeffs = Opt::template MakeCoeffs<double>(h);
+    a.coeffs = &coeffs;
+    RegisteredCudaLoop()(a);
+  }
+}
+
 // Runs the element loop over lists of contiguous tensors (states[j][k];
 // undefined outputs where the mode has none): one at::parallel_for over all
 // elements of all tensors.
@@ -255,6 +320,7 @@ void RunFusedLoop(const typename Opt::Hyper& h, int mode,
                   const std::vector<std::vector<at::Tensor>>& aux) {
   const size_t K = g.size();
   if (K == 0) return;
+  if (g[0].is_cuda()) return RunCudaLoop<Opt>(h, g, p, s, u, so, aux);
   const int variant = Opt::Variant(h);
   std::vector<int64_t> sizes(K);
   for (size_t k = 0; k < K; ++k) sizes[k] = g[k].numel();
@@ -345,9 +411,12 @@ void CheckStepArgs(const typename Opt::Hyper& h, at::TensorList grads,
                 Opt::kName, ": all tensors of one call must share a dtype; "
                 "`grads` tensor ", k, " is ", g.scalar_type(), ", tensor 0 is ",
                 grads[0].scalar_type(), " (call once per dtype)");
-    TORCH_CHECK(g.device().is_cpu(), "metafuse::", Opt::kName,
-                ": the torch operator runs on CPU tensors (this LibTorch is a "
-                "CPU build), `grads` tensor ", k, " is on ", g.device());
+    TORCH_CHECK(g.device().is_cpu() ||
+                    (g.device().is_cuda() && RegisteredCudaLoop() != nullptr),
+                "metafuse::", Opt::kName, ": `grads` tensor ", k, " is on ",
+                g.device(), "; ",
+                g.device().is_cuda() ? NoCudaKernelsMessage()
+                                     : std::string("the operator runs on CPU and CUDA tensors"));
     if (!params.empty()) CheckLike(Opt::kName, "params", k, params[k], g);
     for (int j = 0; j < S; ++j) {
       CheckLike(Opt::kName, StateName<Opt>(variant, j), k, states[j][k], g);
@@ -409,6 +478,16 @@ void FusedStepInPlace(const typename Opt::Hyper& h, at::TensorList params,
   };
   const size_t K = grads.size();
   const int S = static_cast<int>(states.size());
+  if (K > 0 && grads[0].is_cuda()) {
+    // No single-pass CUDA kernel: the functional step, then the writes back.
+    const at::TensorList used = Opt::UsesParam(h) ? params : at::TensorList();
+    StepOutputs out = FusedStepForward<Opt>(h, grads, used, states, false);
+    for (size_t k = 0; k < K; ++k) {
+      params[k].add_(out.updates[k]);
+      for (int j = 0; j < S; ++j) states[j][k].copy_(out.states[j][k]);
+    }
+    return;
+  }
   std::vector<at::Tensor> g(K), p(params.begin(), params.end());
   std::vector<std::vector<at::Tensor>> s(S);
   for (size_t k = 0; k < K; ++k) {
@@ -542,7 +621,8 @@ class FusedStepFunction
       for (size_t i = (1 + S) * K; i < grad_outputs.size(); ++i) {
         aux_unused = aux_unused && !grad_outputs[i].defined();
       }
-      if (!at::GradMode::is_enabled() && aux_unused) {
+      // The fused backward loop is the CPU's; CUDA takes the ATen closed form.
+      if (!at::GradMode::is_enabled() && aux_unused && saved[0].is_cpu()) {
         torch::autograd::variable_list result =
             FusedFirstOrderBackward<Opt>(h, K, P, saved, grad_outputs);
         result.emplace_back();  // hyper

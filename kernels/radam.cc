@@ -54,8 +54,6 @@ struct RAdam : AdamFamily {
 }  // namespace
 }  // namespace kernels
 
-TORCH_LIBRARY_FRAGMENT(metafuse, m) {
-  kernels::RegisterFusedOp<kernels::RAdam>(m);
-}
+METAFUSE_REGISTER_FUSED_OP(kernels::RAdam)
 
 }  // namespace metafuse

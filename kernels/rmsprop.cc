@@ -110,8 +110,6 @@ struct RmsProp : FusedOptimizer {
 }  // namespace
 }  // namespace kernels
 
-TORCH_LIBRARY_FRAGMENT(metafuse, m) {
-  kernels::RegisterFusedOp<kernels::RmsProp>(m);
-}
+METAFUSE_REGISTER_FUSED_OP(kernels::RmsProp)
 
 }  // namespace metafuse

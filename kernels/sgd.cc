@@ -73,8 +73,6 @@ struct Sgd : FusedOptimizer {
 }  // namespace
 }  // namespace kernels
 
-TORCH_LIBRARY_FRAGMENT(metafuse, m) {
-  kernels::RegisterFusedOp<kernels::Sgd>(m);
-}
+METAFUSE_REGISTER_FUSED_OP(kernels::Sgd)
 
 }  // namespace metafuse

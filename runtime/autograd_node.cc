@@ -47,12 +47,15 @@ struct ProgramNode : public torch::autograd::Function<ProgramNode> {
     // themselves would make a reference cycle through their grad_fn.
     c10::impl::GenericList sizes(c10::ListType::ofInts());
     std::vector<int64_t> dtypes;
+    c10::impl::GenericList devices(c10::DeviceObjType::get());
     for (const at::Tensor& r : results) {
       sizes.push_back(c10::IValue(r.sizes().vec()));
       dtypes.push_back(static_cast<int64_t>(r.scalar_type()));
+      devices.push_back(r.device());
     }
     ctx->saved_data["output_sizes"] = sizes;
     ctx->saved_data["output_dtypes"] = dtypes;
+    ctx->saved_data["output_devices"] = devices;
     ctx->saved_data["num_inputs"] = static_cast<int64_t>(inputs.size());
     ctx->saved_data["function"] = c10::IValue::make_capsule(holder);
     return results;
@@ -81,12 +84,14 @@ struct ProgramNode : public torch::autograd::Function<ProgramNode> {
     if (!torch::autograd::get_current_graph_task_keep_graph()) ctx->saved_data.erase("saved");
     auto sizes = ctx->saved_data["output_sizes"].toList();
     auto dtypes = ctx->saved_data["output_dtypes"].toIntVector();
+    auto devices = ctx->saved_data["output_devices"].toList();
     for (size_t i = 0; i < cotangents.size(); ++i) {
       in.push_back(cotangents[i].defined()
                        ? cotangents[i]
                        : at::zeros(sizes.get(i).toIntVector(),
-                                   at::TensorOptions().dtype(
-                                       static_cast<c10::ScalarType>(dtypes[i]))));
+                                   at::TensorOptions()
+                                       .dtype(static_cast<c10::ScalarType>(dtypes[i]))
+                                       .device(devices.get(i).toDevice())));
     }
     std::vector<c10::IValue> grads = fn.backward.Run(std::move(in));
     const int64_t num_inputs = ctx->saved_data["num_inputs"].toInt();

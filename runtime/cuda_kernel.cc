@@ -85,8 +85,13 @@ absl::Status CudaKernel::Launch(int64_t n, const std::vector<const void*>& input
   for (const void*& p : in) params.push_back(&p);
   for (void*& p : out) params.push_back(&p);
   for (double& v : s) params.push_back(&v);
-  const CUresult r = driver_->cuLaunchKernel(function_, *blocks, 1, 1, block_size, 1, 1, 0,
-                                             stream, params.data(), nullptr);
+  // The module lives in the device's primary context; the launching thread
+  // (an autograd worker, say) may have another one current.
+  CUresult r = driver_->cuCtxSetCurrent(context_);
+  if (r == kCudaSuccess) {
+    r = driver_->cuLaunchKernel(function_, *blocks, 1, 1, block_size, 1, 1, 0, stream,
+                                params.data(), nullptr);
+  }
   if (r != kCudaSuccess) {
     return absl::InternalError(
         absl::StrCat("cuLaunchKernel(", symbol_, ") failed: ", driver_->ErrorString(r)));

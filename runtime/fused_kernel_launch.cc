@@ -4,13 +4,16 @@
 #include <unordered_map>
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 
 #include "absl/container/inlined_vector.h"
 #include "runtime/buffer_ownership.h"
 #include "runtime/cpp_kernel_library.h"
 #include "runtime/host_backend.h"
+#include "runtime/cuda_fused_kernel.h"
 #include "runtime/jit_kernel.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/kernel_target.h"
 
 namespace metafuse::runtime {
 namespace {
@@ -108,6 +111,19 @@ std::shared_ptr<const JitKernel> GetKernel(const KernelCode& code, HostBackend b
   return Kernels().at(key);
 }
 
+// CUDA kernels by source: compiled and loaded per device on first launch.
+std::shared_ptr<const CudaFusedKernel> GetCudaKernel(const KernelCode& code) {
+  static auto* registry =
+      new std::unordered_map<std::string, std::shared_ptr<const CudaFusedKernel>>();
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto it = registry->find(code.cuda_source);
+  if (it == registry->end()) {
+    it = registry->emplace(code.cuda_source, std::make_shared<CudaFusedKernel>(code, DiskCache()))
+             .first;
+  }
+  return it->second;
+}
+
 // Elementwise work does not care in which order it visits elements. When
 // every element-indexed input of a segment is the same dense but
 // non-contiguous layout (e.g. the task-major views metafuse.vmap's batching
@@ -140,12 +156,100 @@ c10::optional<std::vector<int64_t>> SharedDenseStrides(const torch::jit::Stack& 
   return strides;
 }
 
+// Output `o` of segment `s` (`index` over all segments): the buffer of the
+// input planning named, when it is uniquely owned, on `device` and in the
+// layout the kernel writes; else a fresh one on `device`.
+at::Tensor OutputBuffer(const torch::jit::Stack& stack, size_t base, const LaunchPlan& p,
+                        int64_t s, size_t o, size_t index,
+                        const c10::optional<std::vector<int64_t>>& layout, c10::Device device) {
+  const int64_t from = p.reuse[index];
+  if (from >= 0) {
+    const at::Tensor& candidate = stack[base + from].toTensor();
+    // Not taken twice: a taken input is no longer uniquely owned.
+    const bool same_layout = layout ? candidate.strides() == c10::IntArrayRef(*layout)
+                                    : candidate.is_contiguous();
+    if (same_layout && candidate.device() == device && BufferIsFree(candidate)) {
+      return candidate;
+    }
+  }
+  const auto options = at::TensorOptions().dtype(p.output_dtypes[o]).device(device);
+  return layout ? at::empty_strided(p.out_sizes[s], *layout, options)
+                : at::empty(p.out_sizes[s], options);
+}
+
 struct Launch {
-  std::shared_ptr<const JitKernel> kernel;
+  std::shared_ptr<const JitKernel> kernel;       // a program compiled for the CPU
+  std::shared_ptr<const CudaFusedKernel> cuda;   // one compiled for CUDA tensors
+  const KernelCode* code = nullptr;              // owned by one of the two
   LaunchPlan plan;
   size_t inputs_per_segment = 0, outputs_per_segment = 0;
   size_t num_kernel_inputs = 0, num_scalars = 0;
 };
+
+// The device a launch runs on: its first tensor input's (a CUDA one if any,
+// since 0-dim CPU tensors may ride along with CUDA work).
+c10::Device LaunchDevice(const torch::jit::Stack& stack, size_t base, const LaunchPlan& p) {
+  c10::optional<c10::Device> first;
+  for (size_t i = base; i < stack.size(); ++i) {
+    if (!p.is_tensor[(i - base) % p.binding.size()]) continue;
+    const c10::Device d = stack[i].toTensor().device();
+    if (!d.is_cpu()) return d;
+    if (!first) first = d;
+  }
+  return first.value_or(c10::Device(c10::kCPU));
+}
+
+// The CUDA launch of one instruction: every segment enqueued on the current
+// stream of `device`, no host synchronization. A 0-dim CPU tensor (a traced
+// Python number) is copied to the device; any other CPU input is an error.
+void RunOnCuda(const Launch& l, torch::jit::Stack& stack, size_t base, c10::Device device) {
+  const LaunchPlan& p = l.plan;
+  const KernelCode& code = *l.code;
+  c10::DeviceGuard guard(device);
+  absl::InlinedVector<at::Tensor, 8> outputs(l.outputs_per_segment * p.segments);
+  absl::InlinedVector<at::Tensor, 2> keep;  // copies, alive until every launch is enqueued
+  absl::InlinedVector<const void*, 16> in_ptrs(l.num_kernel_inputs);
+  absl::InlinedVector<void*, 8> out_ptrs(l.outputs_per_segment);
+  absl::InlinedVector<double, 4> scalars(l.num_scalars);
+  for (int64_t s = 0; s < p.segments; ++s) {
+    const size_t first = base + s * l.inputs_per_segment;
+    const auto layout = SharedDenseStrides(stack, first, p, code, p.out_sizes[s]);
+    for (size_t i = 0; i < l.inputs_per_segment; ++i) {
+      c10::IValue& v = stack[first + i];
+      if (!p.is_tensor[i]) {
+        scalars[p.binding[i]] = v.toScalar().toDouble();
+        continue;
+      }
+      at::Tensor t = v.toTensor();
+      TORCH_CHECK(t.scalar_type() == p.input_dtypes[i], "fused kernel ", code.name,
+                  ": input ", i, " is ", t.toString(), ", expected dtype ",
+                  p.input_dtypes[i]);
+      if (t.device() != device) {
+        TORCH_CHECK(t.is_cpu() && t.dim() == 0, "fused kernel ", code.name, ": input ", i,
+                    " is on ", t.device().str(), ", the launch on ", device.str(),
+                    "; expected every tensor on ", device.str());
+        t = t.to(device, /*non_blocking=*/false);
+        keep.push_back(t);
+      }
+      if (!layout && !t.is_contiguous()) {
+        t = t.contiguous();
+        keep.push_back(t);
+      }
+      in_ptrs[p.binding[i]] = t.data_ptr();
+    }
+    for (size_t o = 0; o < l.outputs_per_segment; ++o) {
+      const size_t index = s * l.outputs_per_segment + o;
+      at::Tensor out = OutputBuffer(stack, base, p, s, o, index, layout, device);
+      out_ptrs[o] = out.data_ptr();
+      outputs[index] = std::move(out);
+    }
+    const absl::Status launched =
+        l.cuda->Launch(device, p.numel[s], in_ptrs.data(), out_ptrs.data(), scalars.data());
+    TORCH_CHECK(launched.ok(), "metafuse: ", launched.ToString());
+  }
+  stack.resize(base);
+  for (auto& out : outputs) stack.emplace_back(std::move(out));
+}
 
 }  // namespace
 
@@ -157,21 +261,30 @@ FusedKernelStats GetFusedKernelStats() {
 KernelCache* ProcessKernelCache() { return DiskCache(); }
 
 std::string KernelObjectCode(const KernelCode& code) {
+  TORCH_CHECK(!code.llvm_ir.empty(), "metafuse: kernel ", code.name,
+              " was compiled for CUDA tensors and has no host object code; ahead-of-time "
+              "artifacts hold programs compiled for the CPU");
   return GetKernel(code, HostBackend::kLlvm)->object_code();
 }
 
 void LoadKernels(const ProgramCode& code) {
-  if (code.kernels.empty()) return;
+  // Host kernels only (LLVM IR marks them): CUDA kernels are compiled for a
+  // device's architecture on their first launch.
+  std::vector<const KernelCode*> host;
+  for (const KernelCode& kernel : code.kernels) {
+    if (!kernel.llvm_ir.empty()) host.push_back(&kernel);
+  }
+  if (host.empty()) return;
   const HostBackend backend = Backend();
   if (backend == HostBackend::kLlvm) {
-    for (const KernelCode& kernel : code.kernels) GetKernel(kernel, backend);
+    for (const KernelCode* kernel : host) GetKernel(*kernel, backend);
     return;
   }
   // C++: the missing kernels of the program compiled together (one compiler run).
   std::lock_guard<std::mutex> lock(registry_mutex);
   std::vector<const KernelCode*> missing;
-  for (const KernelCode& kernel : code.kernels) {
-    if (!Kernels().count(RegistryKey(backend, kernel))) missing.push_back(&kernel);
+  for (const KernelCode* kernel : host) {
+    if (!Kernels().count(RegistryKey(backend, *kernel))) missing.push_back(kernel);
   }
   if (!missing.empty()) RegisterWithCpp(missing, &code);
 }
@@ -184,7 +297,17 @@ torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const Launch
               "metafuse: launch plan of kernel ", code.name, " is inconsistent");
   auto launch = std::make_shared<Launch>();
   launch->plan = plan;
-  launch->kernel = GetKernel(code, Backend());
+  // A program holds the code of the device kind it was specialized for:
+  // LLVM IR for the CPU, CUDA source for CUDA tensors.
+  if (!code.llvm_ir.empty()) {
+    launch->kernel = GetKernel(code, Backend());
+    launch->code = &launch->kernel->code();
+  } else {
+    TORCH_CHECK(!code.cuda_source.empty(), "metafuse: fused kernel ", code.name,
+                " has neither LLVM IR nor CUDA source");
+    launch->cuda = GetCudaKernel(code);
+    launch->code = &launch->cuda->code();
+  }
   launch->inputs_per_segment = plan.binding.size();
   launch->outputs_per_segment = plan.output_dtypes.size();
   launch->num_kernel_inputs = code.input_dtypes.size();
@@ -196,6 +319,12 @@ torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const Launch
     const LaunchPlan& p = l.plan;
     const size_t total_in = l.inputs_per_segment * p.segments;
     const size_t base = stack.size() - total_in;
+    const c10::Device device = LaunchDevice(stack, base, p);
+    if (!(device.is_cpu() && l.kernel)) {
+      auto target = KernelTargetFor(*l.code, device, BuiltKernelBackends());
+      TORCH_CHECK(target.ok(), "metafuse: ", target.status().message());
+      if (*target == KernelTarget::kCuda) return RunOnCuda(l, stack, base, device);
+    }
     // On the stack for the usual sizes: a launch is a few microseconds.
     absl::InlinedVector<at::Tensor, 8> outputs(l.outputs_per_segment * p.segments);
     absl::InlinedVector<at::Tensor, 2> keep;  // contiguous copies, alive until the launch ends
@@ -223,21 +352,7 @@ torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const Launch
       }
       for (size_t o = 0; o < l.outputs_per_segment; ++o) {
         const size_t index = s * l.outputs_per_segment + o;
-        const int64_t from = p.reuse[index];
-        at::Tensor out;
-        if (from >= 0) {
-          const at::Tensor& candidate = stack[base + from].toTensor();
-          // Not taken twice: a taken input is no longer uniquely owned. Its
-          // layout must be the one the kernel writes in.
-          const bool same_layout = layout ? candidate.strides() == c10::IntArrayRef(*layout)
-                                          : candidate.is_contiguous();
-          if (same_layout && BufferIsFree(candidate)) out = candidate;
-        }
-        if (!out.defined()) {
-          const auto options = at::TensorOptions().dtype(p.output_dtypes[o]);
-          out = layout ? at::empty_strided(p.out_sizes[s], *layout, options)
-                       : at::empty(p.out_sizes[s], options);
-        }
+        at::Tensor out = OutputBuffer(stack, base, p, s, o, index, layout, c10::kCPU);
         out_ptrs[o] = out.data_ptr();
         outputs[index] = std::move(out);
       }

@@ -78,8 +78,13 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
                         a.numel() < (1LL << 31) && b.numel() < (1LL << 31);
     if (!direct) {
       auto swap = [](const at::Tensor& x) { return x.transpose(-2, -1); };
-      at::Tensor product = rank == 3 ? at::bmm(ta ? swap(a) : a, tb ? swap(b) : b)
-                                     : at::mm(ta ? a.t() : a, tb ? b.t() : b);
+      const at::Tensor opa = ta ? swap(a) : a, opb = tb ? swap(b) : b;
+      if (accumulate && !a.is_cpu()) {
+        // CUDA: one cuBLAS call with beta = 1 (the transposes are strides).
+        stack.back() = rank == 3 ? at::baddbmm(acc, opa, opb) : at::addmm(acc, opa, opb);
+        return;
+      }
+      at::Tensor product = rank == 3 ? at::bmm(opa, opb) : at::mm(opa, opb);
       stack.back() = accumulate ? at::add(acc, product) : product;
       return;
     }

@@ -1,8 +1,9 @@
 // The runtime operation of a GEMM instruction (compiler/lower_matmul.h):
 // C = op(A) op(B) (+ acc) into a fresh row-major matrix, through the Fortran
 // BLAS (sgemm_/dgemm_) that LibTorch links, found in the running process.
-// Where no such BLAS is loaded, the operation calls ATen's mm on
-// (transposed) views: same result, slower.
+// Where no such BLAS is loaded, and for CUDA tensors, the operation calls
+// ATen's mm / bmm on (transposed) views (on CUDA: cuBLAS, the accumulator
+// folded in with addmm / baddbmm).
 #pragma once
 
 #include <ATen/core/stack.h>

@@ -1,7 +1,9 @@
 #include "runtime/program.h"
 
 #include <chrono>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 #include <ATen/CPUFunctions.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -82,10 +84,44 @@ torch::jit::Operation OperationFor(const ProgramCode& code, const InstructionCod
   }
 }
 
+// The device a run happens on: the first non-CPU tensor input's, else the CPU.
+c10::Device RunDevice(const std::vector<c10::IValue>& inputs) {
+  for (const c10::IValue& v : inputs) {
+    if (v.isTensor() && v.toTensor().defined() && !v.toTensor().is_cpu()) {
+      return v.toTensor().device();
+    }
+  }
+  return c10::Device(c10::kCPU);
+}
+
 }  // namespace
 
-Program::Program(ProgramCode code) : code_(std::move(code)) {
-  // All kernels at once: the C++ back end compiles them in one compiler run.
+struct Program::DeviceConstants {
+  std::mutex mu;
+  std::unordered_map<c10::Device, std::vector<c10::IValue>> registers;  // node-based: references stay valid
+};
+
+const std::vector<c10::IValue>& Program::InitialRegisters(c10::Device device) const {
+  if (device.is_cpu()) return initial_;
+  std::lock_guard<std::mutex> lock(on_device_->mu);
+  auto it = on_device_->registers.find(device);
+  if (it != on_device_->registers.end()) return it->second;
+  std::vector<c10::IValue> moved = initial_;
+  for (const auto& [reg, value] : code_.constants) {
+    if (!value.isTensor() || !value.toTensor().defined()) continue;
+    const at::Tensor& t = value.toTensor();
+    at::Tensor copy = t.to(device);
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
+      copy.unsafeGetTensorImpl()->set_wrapped_number(true);
+    }
+    moved[reg] = copy;
+  }
+  return on_device_->registers.emplace(device, std::move(moved)).first->second;
+}
+
+Program::Program(ProgramCode code)
+    : code_(std::move(code)), on_device_(std::make_shared<DeviceConstants>()) {
+  // All host kernels at once: the C++ back end compiles them in one compiler run.
   try {
     LoadKernels(code_);
   } catch (const c10::Error& e) {
@@ -145,7 +181,7 @@ std::vector<c10::IValue> Program::Run(std::vector<c10::IValue> inputs,
   // business inside it.
   torch::autograd::AutoGradMode no_grad(false);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  std::vector<c10::IValue> registers = initial_;
+  std::vector<c10::IValue> registers = InitialRegisters(RunDevice(inputs));
   for (size_t i = 0; i < inputs.size(); ++i) {
     registers[code_.input_registers[i]] = std::move(inputs[i]);
   }

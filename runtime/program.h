@@ -53,9 +53,17 @@ class Program {
     std::vector<bool> move;     // per input: the register's last read
     std::vector<int64_t> release;  // registers whose last use is here
   };
+  // The register file with constants for a run on `device`: the compiler
+  // makes tensor constants on the CPU; a run on CUDA tensors uses copies on
+  // that device, made once (wrapped-number flags kept, so type promotion is
+  // unchanged).
+  const std::vector<c10::IValue>& InitialRegisters(c10::Device device) const;
+
+  struct DeviceConstants;
   ProgramCode code_;
   std::vector<Step> steps_;  // one per instruction
   std::vector<c10::IValue> initial_;  // the register file with constants
+  std::shared_ptr<DeviceConstants> on_device_;
 };
 
 }  // namespace metafuse::runtime

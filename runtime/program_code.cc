@@ -80,7 +80,7 @@ std::vector<int64_t> InputSignature(const std::vector<c10::IValue>& inputs) {
 }
 
 std::map<std::string, std::string> CurrentVersions() {
-  return {{"format", "metafuse-program 4"},
+  return {{"format", "metafuse-program 5"},
           {"metafuse", "0.1.0"},
           {"libtorch", TORCH_VERSION}};
 }
@@ -120,7 +120,8 @@ std::string Dump(const ProgramCode& code) {
     List(os, kc.input_inner);
     os << ", outputs ";
     DTypes(os, kc.output_dtypes);
-    os << ", " << kc.num_scalars << " scalars\n";
+    os << ", " << kc.num_scalars << " scalars"
+       << (kc.cuda_source.empty() ? "" : ", CUDA") << "\n";
     std::istringstream ir(kc.kernel_ir);
     for (std::string line; std::getline(ir, line);) os << "    | " << line << "\n";
   }

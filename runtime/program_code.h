@@ -30,7 +30,11 @@ struct KernelCode {
   std::string name;       // the entry symbol is "mf_" + name
   std::string kernel_ir;  // kernel IR text (compiler/codegen/kernel_ir.h): the source of
                           // truth a printer for another target starts from
-  std::string llvm_ir;    // LLVM module for the host, what the JIT loads
+  std::string llvm_ir;    // LLVM module for the host, what the JIT loads; empty
+                          // in a program compiled for CUDA tensors
+  // CUDA C++ of the kernel (compiler/codegen/cuda_printer.h), what NVRTC
+  // compiles for a program specialized for CUDA tensors; empty for the host.
+  std::string cuda_source;
   // The launch contract, checked by JitKernel::Run: per kernel input its
   // dtype, access (0 element, 1 broadcast, 2 inner, 3 outer) and inner
   // size; per output its dtype; the number of scalar parameters.

@@ -12,8 +12,9 @@ using c10::IValue;
 using List = c10::impl::GenericList;
 
 constexpr const char* kMagic = "metafuse-program";
-constexpr int64_t kFormat = 4;  // 2: wrapped-number flags; 3: kernels' host object code;
-                                // 4: programs' C++/OpenMP shared objects
+// 2: wrapped-number flags; 3: kernels' host object code; 4: kernels' CUDA
+// source; 5: programs' C++/OpenMP shared objects
+constexpr int64_t kFormat = 5;
 
 // ---- writing: every struct is a list of its fields, in declaration order.
 
@@ -41,6 +42,7 @@ IValue Write(const KernelCode& k) {
   l.push_back(k.name);
   l.push_back(k.kernel_ir);
   l.push_back(k.llvm_ir);
+  l.push_back(k.cuda_source);
   l.push_back(DTypes(k.input_dtypes));
   l.push_back(Ints(k.input_access));
   l.push_back(Ints(k.input_inner));
@@ -227,6 +229,7 @@ KernelCode ReadKernel(Reader& r) {
   k.name = r.String("name");
   k.kernel_ir = r.String("kernel_ir");
   k.llvm_ir = r.String("llvm_ir");
+  k.cuda_source = r.String("cuda_source");
   k.input_dtypes = r.DTypes("input_dtypes");
   k.input_access = r.Ints("input_access");
   k.input_inner = r.Ints("input_inner");

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/codegen/c_renderer.h"
+#include "compiler/codegen/kernel_contract.h"
 #include "compiler/codegen/kernel_math.h"
 
 namespace metafuse::codegen {
@@ -127,6 +128,14 @@ absl::StatusOr<std::string> PrintCudaSource(const Kernel& k) {
   auto body = PrintCudaKernel(k);
   if (!body.ok()) return body.status();
   return CudaPrelude() + *body;
+}
+
+absl::StatusOr<runtime::KernelCode> CudaKernelCode(const Kernel& k) {
+  auto source = PrintCudaSource(k);
+  if (!source.ok()) return source.status();
+  runtime::KernelCode code = KernelContract(k);
+  code.cuda_source = *std::move(source);
+  return code;
 }
 
 }  // namespace metafuse::codegen

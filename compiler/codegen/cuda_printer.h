@@ -31,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/codegen/kernel_ir.h"
+#include "runtime/program_code.h"
 
 namespace metafuse::codegen {
 
@@ -50,5 +51,9 @@ absl::StatusOr<std::string> PrintCudaKernel(const kir::Kernel& kernel);
 
 // CudaPrelude() + PrintCudaKernel(kernel).
 absl::StatusOr<std::string> PrintCudaSource(const kir::Kernel& kernel);
+
+// The kernel as a program runs it on CUDA tensors: the launch contract
+// (kernel_contract.h) and PrintCudaSource's text in KernelCode::cuda_source.
+absl::StatusOr<runtime::KernelCode> CudaKernelCode(const kir::Kernel& kernel);
 
 }  // namespace metafuse::codegen

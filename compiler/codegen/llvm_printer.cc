@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "compiler/codegen/kernel_contract.h"
 #include "compiler/codegen/kernel_math.h"
 
 namespace metafuse::codegen {
@@ -383,24 +384,8 @@ absl::StatusOr<std::string> PrintLlvmIr(const Kernel& kernel) {
 absl::StatusOr<runtime::KernelCode> HostKernelCode(const Kernel& kernel) {
   auto ir = PrintLlvmIr(kernel);
   if (!ir.ok()) return ir.status();
-  auto dtype = [](DType t) {
-    return t == DType::kF32 ? c10::ScalarType::Float : c10::ScalarType::Double;
-  };
-  runtime::KernelCode code;
-  code.name = kernel.name;
-  code.kernel_ir = kir::Print(kernel);
+  runtime::KernelCode code = KernelContract(kernel);
   code.llvm_ir = *std::move(ir);
-  for (const kir::InputSpec& in : kernel.inputs) {
-    code.input_dtypes.push_back(dtype(in.dtype));
-    code.input_access.push_back(static_cast<int64_t>(in.access));
-    code.input_inner.push_back(in.inner);
-    code.input_names.push_back(in.name);
-  }
-  for (const kir::OutputSpec& out : kernel.outputs) {
-    code.output_dtypes.push_back(dtype(kernel.nodes[out.node].dtype));
-    code.output_names.push_back(out.name);
-  }
-  code.num_scalars = static_cast<int64_t>(kernel.scalars.size());
   return code;
 }
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/cuda_fused_kernel.h"
 #include "runtime/cuda_kernel.h"
 #include "runtime/cuda_ptx.h"
 #include "runtime/nvrtc_compiler.h"
@@ -199,6 +200,31 @@ TEST(CudaCodegen, GridBlocks) {
 // the kernels run on it and match the interpreter: exactly, except outputs
 // that call CUDA's log, tanh or pow, compared within 4 ulp (test kernels
 // only: random kernels feed such values into further ops).
+// Device copies of a Buffers' inputs and room for its outputs, freed at the
+// end of the scope.
+struct OnDevice {
+  OnDevice(const runtime::CudaDriver& driver, const Buffers& b) : d(driver) {
+    for (const auto& buf : b.in) {
+      dev.emplace_back();
+      EXPECT_EQ(d.cuMemAlloc(&dev.back(), buf.size()), runtime::kCudaSuccess);
+      EXPECT_EQ(d.cuMemcpyHtoD(dev.back(), buf.data(), buf.size()), runtime::kCudaSuccess);
+      in.push_back(reinterpret_cast<const void*>(dev.back()));
+    }
+    for (const auto& buf : b.out) {
+      dev.emplace_back();
+      EXPECT_EQ(d.cuMemAlloc(&dev.back(), buf.size()), runtime::kCudaSuccess);
+      out.push_back(reinterpret_cast<void*>(dev.back()));
+    }
+  }
+  ~OnDevice() {
+    for (runtime::CUdeviceptr p : dev) d.cuMemFree(p);
+  }
+  const runtime::CudaDriver& d;
+  std::vector<runtime::CUdeviceptr> dev;
+  std::vector<const void*> in;
+  std::vector<void*> out;
+};
+
 TEST(CudaCodegen, RunsOnTheGpuOrSaysThereIsNone) {
   const runtime::CudaKernelSource adam = SourceFor(testing::AdamKernel());
   auto ptx = runtime::CompileKernelPtx(adam, 80);
@@ -223,20 +249,9 @@ TEST(CudaCodegen, RunsOnTheGpuOrSaysThereIsNone) {
     const int64_t n = 100003;
     Buffers want(k, n, 5), got(k, n, 5);
     ASSERT_TRUE(kir::Interpret(k, n, want.in_ptrs, want.out_ptrs, want.scalars).ok());
-    std::vector<runtime::CUdeviceptr> dev;
-    std::vector<const void*> in;
-    std::vector<void*> out;
-    for (const auto& buf : got.in) {
-      dev.emplace_back();
-      ASSERT_EQ(d.cuMemAlloc(&dev.back(), buf.size()), runtime::kCudaSuccess);
-      ASSERT_EQ(d.cuMemcpyHtoD(dev.back(), buf.data(), buf.size()), runtime::kCudaSuccess);
-      in.push_back(reinterpret_cast<const void*>(dev.back()));
-    }
-    for (const auto& buf : got.out) {
-      dev.emplace_back();
-      ASSERT_EQ(d.cuMemAlloc(&dev.back(), buf.size()), runtime::kCudaSuccess);
-      out.push_back(reinterpret_cast<void*>(dev.back()));
-    }
+    OnDevice buffers(d, got);
+    std::vector<const void*>& in = buffers.in;
+    std::vector<void*>& out = buffers.out;
     ASSERT_TRUE((*kernel)->Launch(n, in, out, got.scalars, nullptr, 128).ok());
     ASSERT_EQ(d.cuCtxSynchronize(), runtime::kCudaSuccess);
     for (size_t o = 0; o < got.out.size(); ++o) {
@@ -246,8 +261,59 @@ TEST(CudaCodegen, RunsOnTheGpuOrSaysThereIsNone) {
       const int64_t tol = testing::IsTranscendental(k.outputs[o].name) ? 4 : 0;
       EXPECT_LE(MaxUlp(k, o, want, got, n), tol) << k.name << " " << k.outputs[o].name;
     }
-    for (runtime::CUdeviceptr p : dev) d.cuMemFree(p);
   }
+}
+
+
+// The runtime's CUDA form of a program's kernel (CudaKernelCode ->
+// CudaFusedKernel): compiled on the first launch through a fresh kernel
+// cache, then a second kernel object on the same cache reads the PTX from
+// disk; both runs over a size past one capped grid (65536 x 256) match the
+// interpreter. Without a GPU the first launch says there is no CUDA device.
+TEST(CudaFusedKernel, RunsThroughTheCacheOrSaysThereIsNone) {
+  const kir::Kernel k = testing::AdamKernel();
+  auto code = CudaKernelCode(k);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_TRUE(code->llvm_ir.empty());
+  auto cache = runtime::KernelCache::Open(testing::MakeTempDir("mf_cuda_fused"));
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  runtime::CudaFusedKernel first(*code, cache->get());
+  auto driver = runtime::CudaDriver::Load();
+  if (!driver.ok()) {
+    const double scalars[4] = {0, 0, 0, 0};
+    const absl::Status s =
+        first.Launch(c10::Device(c10::kCUDA, 0), 1, nullptr, nullptr, scalars);
+    ASSERT_FALSE(s.ok());
+    EXPECT_HAS(s.message(), "no CUDA device");
+    GTEST_SKIP() << "no GPU: " << driver.status().message();
+  }
+  const runtime::CudaDriver& d = **driver;
+  const int64_t n = int64_t{65536} * 256 + 5;
+  Buffers want(k, n, 7);
+  ASSERT_TRUE(kir::Interpret(k, n, want.in_ptrs, want.out_ptrs, want.scalars).ok());
+  const auto before = runtime::CudaFusedKernel::GetStats();
+  runtime::CudaFusedKernel second(*code, cache->get());
+  for (const runtime::CudaFusedKernel* kernel : {&first, &second}) {
+    Buffers got(k, n, 7);
+    OnDevice buffers(d, got);
+    std::vector<const void*>& in = buffers.in;
+    std::vector<void*>& out = buffers.out;
+    const absl::Status s = kernel->Launch(c10::Device(c10::kCUDA, 0), n, in.data(),
+                                          out.data(), got.scalars.data());
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_EQ(d.cuCtxSynchronize(), runtime::kCudaSuccess);
+    for (size_t o = 0; o < got.out.size(); ++o) {
+      ASSERT_EQ(d.cuMemcpyDtoH(got.out[o].data(), static_cast<runtime::CUdeviceptr>(
+                                                      reinterpret_cast<uintptr_t>(out[o])),
+                               got.out[o].size()),
+                runtime::kCudaSuccess);
+      EXPECT_EQ(MaxUlp(k, o, want, got, n), 0) << k.outputs[o].name;
+    }
+  }
+  const auto after = runtime::CudaFusedKernel::GetStats();
+  EXPECT_EQ(after.compiled - before.compiled, 1);   // the first kernel: NVRTC
+  EXPECT_EQ(after.from_disk - before.from_disk, 1);  // the second: the cache
+  EXPECT_EQ(after.launches - before.launches, 2);
 }
 
 }  // namespace
