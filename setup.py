@@ -119,7 +119,7 @@ def extension():
     include_dirs = [ROOT]
     link_args = ["-fopenmp", "-ldl", "-lcrypto"]
     if llvm:
-        include_dirs.append(llvm[0])
+        cxx += ["-isystem", llvm[0]]  # as Bazel does: LLVM's own warnings stay quiet
         macros += [("__STDC_CONSTANT_MACROS", None), ("__STDC_FORMAT_MACROS", None),
                    ("__STDC_LIMIT_MACROS", None)]
         # The library by path, never -L of LLVM's lib directory: that holds

@@ -6,11 +6,13 @@ import re
 import subprocess
 import sys
 
+from package_under_test import PACKAGE_DIR
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
 def test_distributed_maml_example_trains():
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "frontend", "python"))
+    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
     done = subprocess.run(
         [sys.executable, "-m", "metafuse.distributed.launch", "-n", "2", "--timeout", "150",
          os.path.join(ROOT, "examples", "distributed_maml.py"), "--steps", "31", "--tasks", "16"],
