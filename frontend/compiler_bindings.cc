@@ -16,6 +16,7 @@
 #include "compiler/pipeline.h"
 #include "runtime/program_serialization.h"
 #include "runtime/fused_kernel_launch.h"
+#include "runtime/host_backend.h"
 #include "runtime/host_object_code.h"
 #include "runtime/memory_meter.h"
 #include "runtime/profiler.h"
@@ -159,8 +160,12 @@ void BindCompiler(py::module_& parent) {
       .def_property_readonly("num_kernels", [](const runtime::CompiledProgram& p) {
         return p.forward.kernels.size() + p.backward.kernels.size();
       })
-      // Host object code of every kernel, for artifacts (runtime/host_object_code.h).
-      .def("attach_object_code", [](runtime::CompiledProgram& p) { runtime::AttachObjectCode(p); })
+      // Host code for artifacts (runtime/host_object_code.h): LLVM object
+      // code per kernel, a C++ shared object per program.
+      .def("attach_object_code", [](runtime::CompiledProgram& p) {
+        absl::Status s = runtime::AttachObjectCode(p);
+        if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+      })
       .def("check_object_targets", [](const runtime::CompiledProgram& p) {
         absl::Status s = runtime::CheckObjectTargets(p);
         if (!s.ok()) throw py::value_error(std::string(s.message()));
@@ -171,13 +176,30 @@ void BindCompiler(py::module_& parent) {
           for (const auto& k : code->kernels) targets.push_back(k.object_target);
         }
         return targets;
+      })
+      .def_property_readonly("shared_objects", [](const runtime::CompiledProgram& p) {
+        py::dict out;  // program label -> (x86-64 level, bytes) where one is attached
+        for (const auto* code : {&p.forward, &p.backward}) {
+          if (code->shared_object.empty()) continue;
+          out[py::str(code->label)] =
+              py::make_tuple(code->shared_object_target, code->shared_object.size());
+        }
+        return out;
       });
   m.def("fused_kernel_stats", [] {
     const runtime::FusedKernelStats s = runtime::GetFusedKernelStats();
     return py::dict(py::arg("compiled") = s.kernels_compiled,
                     py::arg("from_disk") = s.kernels_from_disk,
                     py::arg("from_memory") = s.kernels_from_memory,
-                    py::arg("from_artifact") = s.kernels_from_artifact);
+                    py::arg("from_artifact") = s.kernels_from_artifact,
+                    py::arg("libraries_compiled") = s.libraries_compiled,
+                    py::arg("libraries_from_disk") = s.libraries_from_disk,
+                    py::arg("libraries_from_artifact") = s.libraries_from_artifact);
+  });
+  m.def("host_backend", [] {
+    auto b = runtime::SelectedHostBackend();
+    if (!b.ok()) throw py::value_error(std::string(b.status().message()));
+    return std::string(runtime::HostBackendName(*b));
   });
   m.def("deserialize_program", [](const py::bytes& bytes) {
     auto p = runtime::DeserializeProgram(std::string(bytes));

@@ -7,6 +7,8 @@
 
 #include "absl/container/inlined_vector.h"
 #include "runtime/buffer_ownership.h"
+#include "runtime/cpp_kernel_library.h"
+#include "runtime/host_backend.h"
 #include "runtime/jit_kernel.h"
 #include "runtime/kernel_cache.h"
 
@@ -31,14 +33,24 @@ KernelCache* DiskCache() {
   return cache;
 }
 
-// Kernels by LLVM IR: launches of the same kernel share one.
-std::shared_ptr<const JitKernel> GetKernel(const KernelCode& code) {
-  static auto* registry = new std::unordered_map<std::string, std::shared_ptr<const JitKernel>>();
-  std::lock_guard<std::mutex> lock(registry_mutex);
-  if (auto it = registry->find(code.llvm_ir); it != registry->end()) {
-    ++registry_stats.kernels_from_memory;
-    return it->second;
-  }
+HostBackend Backend() {
+  auto backend = SelectedHostBackend();
+  TORCH_CHECK(backend.ok(), "metafuse: ", backend.status().message());
+  return *backend;
+}
+
+// Kernels by back end and code: launches of the same kernel share one.
+using Registry = std::unordered_map<std::string, std::shared_ptr<const JitKernel>>;
+Registry& Kernels() {  // guarded by registry_mutex
+  static auto* registry = new Registry();
+  return *registry;
+}
+std::string RegistryKey(HostBackend backend, const KernelCode& code) {
+  return backend == HostBackend::kLlvm ? "llvm\n" + code.llvm_ir : "cpp\n" + code.kernel_ir;
+}
+
+// Under registry_mutex.
+std::shared_ptr<const JitKernel> CompileWithLlvm(const KernelCode& code) {
   // One JIT for every fused kernel of the process: its setup is paid once.
   static std::shared_ptr<LlvmJit> jit;
   if (jit == nullptr) {
@@ -54,8 +66,46 @@ std::shared_ptr<const JitKernel> GetKernel(const KernelCode& code) {
      : (*compiled)->cache_hit() ? registry_stats.kernels_from_disk
                                 : registry_stats.kernels_compiled);
   std::shared_ptr<const JitKernel> shared(std::move(*compiled));
-  registry->emplace(code.llvm_ir, shared);
+  Kernels().emplace(RegistryKey(HostBackend::kLlvm, code), shared);
   return shared;
+}
+
+// Registers `kernels` through one shared object: `carrier`'s (an artifact's)
+// when it has one, else printed and compiled (or from the disk cache). Under
+// registry_mutex.
+void RegisterWithCpp(const std::vector<const KernelCode*>& kernels, const ProgramCode* carrier) {
+  const bool from_artifact = carrier != nullptr && !carrier->shared_object.empty();
+  auto library = from_artifact ? LoadCppKernelLibrary(kernels, carrier->shared_object,
+                                                      carrier->shared_object_target)
+                               : BuildCppKernelLibrary(kernels, DiskCache());
+  TORCH_CHECK(library.ok(), "metafuse: the C++ back end cannot load fused kernel ",
+              kernels.at(0)->name, from_artifact ? " from the artifact" : "", ": ",
+              library.status().message());
+  ++(from_artifact ? registry_stats.libraries_from_artifact
+     : library->cache_hit ? registry_stats.libraries_from_disk
+                          : registry_stats.libraries_compiled);
+  for (const KernelCode* code : kernels) {
+    const std::string key = RegistryKey(HostBackend::kCpp, *code);
+    if (Kernels().count(key)) continue;
+    auto kernel = JitKernel::FromLibrary(*code, *library);
+    TORCH_CHECK(kernel.ok(), "metafuse: ", kernel.status().message());
+    ++(from_artifact ? registry_stats.kernels_from_artifact
+       : library->cache_hit ? registry_stats.kernels_from_disk
+                            : registry_stats.kernels_compiled);
+    Kernels().emplace(key, std::shared_ptr<const JitKernel>(std::move(*kernel)));
+  }
+}
+
+std::shared_ptr<const JitKernel> GetKernel(const KernelCode& code, HostBackend backend) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  const std::string key = RegistryKey(backend, code);
+  if (auto it = Kernels().find(key); it != Kernels().end()) {
+    ++registry_stats.kernels_from_memory;
+    return it->second;
+  }
+  if (backend == HostBackend::kLlvm) return CompileWithLlvm(code);
+  RegisterWithCpp({&code}, nullptr);
+  return Kernels().at(key);
 }
 
 // Elementwise work does not care in which order it visits elements. When
@@ -104,10 +154,26 @@ FusedKernelStats GetFusedKernelStats() {
   return registry_stats;
 }
 
-std::string KernelObjectCode(const KernelCode& code) { return GetKernel(code)->object_code(); }
+KernelCache* ProcessKernelCache() { return DiskCache(); }
+
+std::string KernelObjectCode(const KernelCode& code) {
+  return GetKernel(code, HostBackend::kLlvm)->object_code();
+}
 
 void LoadKernels(const ProgramCode& code) {
-  for (const KernelCode& kernel : code.kernels) GetKernel(kernel);
+  if (code.kernels.empty()) return;
+  const HostBackend backend = Backend();
+  if (backend == HostBackend::kLlvm) {
+    for (const KernelCode& kernel : code.kernels) GetKernel(kernel, backend);
+    return;
+  }
+  // C++: the missing kernels of the program compiled together (one compiler run).
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  std::vector<const KernelCode*> missing;
+  for (const KernelCode& kernel : code.kernels) {
+    if (!Kernels().count(RegistryKey(backend, kernel))) missing.push_back(&kernel);
+  }
+  if (!missing.empty()) RegisterWithCpp(missing, &code);
 }
 
 torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const LaunchPlan& plan) {
@@ -118,7 +184,7 @@ torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const Launch
               "metafuse: launch plan of kernel ", code.name, " is inconsistent");
   auto launch = std::make_shared<Launch>();
   launch->plan = plan;
-  launch->kernel = GetKernel(code);
+  launch->kernel = GetKernel(code, Backend());
   launch->inputs_per_segment = plan.binding.size();
   launch->outputs_per_segment = plan.output_dtypes.size();
   launch->num_kernel_inputs = code.input_dtypes.size();

@@ -10,9 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "llvm/ADT/StringMap.h"
-#include "llvm/Config/llvm-config.h"
-#include "llvm/Support/Host.h"
 
 namespace metafuse::runtime {
 namespace {
@@ -43,24 +40,6 @@ std::string Name(const std::vector<std::string>& names, size_t i) {
 
 }  // namespace
 
-std::string LlvmHostTarget() {
-  // The host does not change while the process runs: asked once.
-  static const std::string target = [] {
-    std::string t = llvm::sys::getHostCPUName().str();
-    llvm::StringMap<bool> features;
-    if (llvm::sys::getHostCPUFeatures(features)) {
-      std::vector<std::string> on;
-      for (const auto& f : features) {
-        if (f.getValue()) on.push_back(f.getKey().str());
-      }
-      std::sort(on.begin(), on.end());
-      absl::StrAppend(&t, " ", absl::StrJoin(on, ","));
-    }
-    return t;
-  }();
-  return target;
-}
-
 absl::Status HostCanRun(const std::string& object_target) {
   const std::string host = LlvmHostTarget();
   if (object_target == host) return absl::OkStatus();
@@ -80,11 +59,6 @@ absl::Status HostCanRun(const std::string& object_target) {
       "its object code was compiled for CPU '", object_target.substr(0, object_target.find(' ')),
       "' with features this CPU ('", host.substr(0, host.find(' ')), "') lacks: ",
       absl::StrJoin(missing, ", ")));
-}
-
-std::string LlvmCodegenVersions() {
-  return absl::StrCat("metafuse jit_kernel 3 (object file of the printed module) / llvm ",
-                      LLVM_VERSION_STRING);
 }
 
 absl::StatusOr<std::unique_ptr<JitKernel>> JitKernel::Create(const KernelCode& code,
@@ -144,6 +118,22 @@ absl::StatusOr<std::unique_ptr<JitKernel>> JitKernel::Create(const KernelCode& c
   }
   k->compile_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return k;
+}
+
+absl::StatusOr<std::unique_ptr<JitKernel>> JitKernel::FromLibrary(
+    const KernelCode& code, const CppKernelLibrary& library) {
+  auto it = library.functions.find(code.name);
+  if (it == library.functions.end() || library.object == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel '", code.name, "' is not in the shared object given"));
+  }
+  std::unique_ptr<JitKernel> k(new JitKernel());
+  k->code_ = code;
+  k->library_ = library.object;
+  k->fn_ = it->second;
+  k->cache_hit_ = library.cache_hit;
+  k->compile_seconds_ = library.compile_seconds;
   return k;
 }
 

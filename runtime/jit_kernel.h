@@ -1,6 +1,9 @@
-// A fused kernel made runnable on the host: its LLVM IR (KernelCode, printed
-// by compiler/codegen/llvm_printer.h) compiled by LlvmJit, or its object
-// file linked from the kernel cache, and run in OpenMP-parallel chunks.
+// A fused kernel made runnable on the host and run in OpenMP-parallel
+// chunks. Two back ends make it (runtime/host_backend.h): LLVM — its LLVM IR
+// (KernelCode, printed by compiler/codegen/llvm_printer.h) compiled by
+// LlvmJit, or its object file linked from the kernel cache or an artifact —
+// and C++/OpenMP — its entry point in a shared object the system compiler
+// built (runtime/cpp_kernel_library.h).
 //
 // The entry point is
 //   void mf_<name>(int64_t begin, int64_t end, void* const* inputs,
@@ -15,25 +18,22 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/cpp_kernel_library.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/llvm_jit.h"
 #include "runtime/program_code.h"
+#include "runtime/shared_object.h"
 
 namespace metafuse::runtime {
 
-// The cache-key parts for LLVM-compiled kernels: the host CPU name and its
-// enabled features, and the code generator + LLVM versions.
-std::string LlvmHostTarget();
 // Whether object code made for `object_target` (an LlvmHostTarget() string)
 // runs here: every CPU feature it was compiled with is present. The error
 // names the features this CPU lacks.
 absl::Status HostCanRun(const std::string& object_target);
-std::string LlvmCodegenVersions();
 
 class JitKernel {
  public:
-  using Fn = void (*)(int64_t begin, int64_t end, void* const* inputs,
-                      void* const* outputs, const double* scalars);
+  using Fn = HostKernelFn;
   static constexpr int64_t kDefaultGrain = 1 << 15;
 
   // Compiles `code` in a JIT of its own. With a cache, the key is the
@@ -52,6 +52,11 @@ class JitKernel {
                                                            KernelCache* cache,
                                                            std::shared_ptr<LlvmJit> jit);
 
+  // The kernel `code` names in `library` (C++/OpenMP back end), which it
+  // keeps loaded.
+  static absl::StatusOr<std::unique_ptr<JitKernel>> FromLibrary(const KernelCode& code,
+                                                                const CppKernelLibrary& library);
+
   // Runs over [0, n): chunks of `grain` elements in an OpenMP parallel loop
   // (one direct call when n <= grain). Checks counts, null buffers and
   // overlaps: an output may share memory only with an input it fully
@@ -65,7 +70,7 @@ class JitKernel {
 
   Fn function() const { return fn_; }
   // The host object file this kernel runs (from LLVM, the cache or the
-  // program value's object_code).
+  // program value's object_code); empty for the C++/OpenMP back end.
   const std::string& object_code() const { return object_; }
   const KernelCode& code() const { return code_; }
   // The module after LLVM's O2 pipeline for the host (vector types show
@@ -78,6 +83,7 @@ class JitKernel {
   JitKernel() = default;
   KernelCode code_;
   std::shared_ptr<LlvmJit> jit_;
+  std::shared_ptr<SharedObject> library_;  // C++/OpenMP back end
   Fn fn_ = nullptr;
   std::string optimized_ir_;
   bool cache_hit_ = false;

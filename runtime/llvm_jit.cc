@@ -1,10 +1,14 @@
 #include "runtime/llvm_jit.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/ExecutionEngine/ObjectCache.h"
 #include "llvm/ExecutionEngine/Orc/CompileUtils.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
@@ -68,6 +72,31 @@ class ObjectRecorder : public llvm::ObjectCache {
 };
 
 }  // namespace
+
+bool LlvmAvailable() { return true; }
+
+std::string LlvmHostTarget() {
+  // The host does not change while the process runs: asked once.
+  static const std::string target = [] {
+    std::string t = llvm::sys::getHostCPUName().str();
+    llvm::StringMap<bool> features;
+    if (llvm::sys::getHostCPUFeatures(features)) {
+      std::vector<std::string> on;
+      for (const auto& f : features) {
+        if (f.getValue()) on.push_back(f.getKey().str());
+      }
+      std::sort(on.begin(), on.end());
+      absl::StrAppend(&t, " ", absl::StrJoin(on, ","));
+    }
+    return t;
+  }();
+  return target;
+}
+
+std::string LlvmCodegenVersions() {
+  return absl::StrCat("metafuse jit_kernel 3 (object file of the printed module) / llvm ",
+                      LLVM_VERSION_STRING);
+}
 
 struct LlvmJit::Impl {
   ObjectRecorder objects;  // outlives the JIT that writes to it

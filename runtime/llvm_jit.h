@@ -10,6 +10,17 @@
 
 namespace metafuse::runtime {
 
+// Whether this build has LLVM: false in a build that compiled
+// runtime/llvm_jit_unavailable.cc instead of llvm_jit.cc (every LlvmJit
+// call then fails, and fused kernels take the C++/OpenMP back end).
+bool LlvmAvailable();
+
+// The cache-key parts for LLVM-compiled kernels: the host CPU name and its
+// enabled features ("znver3 adx,aes,avx,..."; "" without LLVM), and the code
+// generator + LLVM versions.
+std::string LlvmHostTarget();
+std::string LlvmCodegenVersions();
+
 class LlvmJit {
  public:
   // Creates a JIT for the host CPU (its features enabled, O2 pipeline).

@@ -20,6 +20,13 @@ absl::Status NoLlvm() {
 
 }  // namespace
 
+bool LlvmAvailable() { return false; }
+
+// No LLVM object code is made or loaded here, so no host target to key it by.
+std::string LlvmHostTarget() { return ""; }
+
+std::string LlvmCodegenVersions() { return "metafuse jit_kernel / no LLVM in this build"; }
+
 struct LlvmJit::Impl {};
 
 LlvmJit::LlvmJit(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -27,6 +27,8 @@ Options OptionsFromEnvironment() {
   o.dump_ir = text("METAFUSE_DUMP_IR");
   o.time_stages = flag("METAFUSE_TIME_STAGES");
   o.kernel_cache_dir = text("METAFUSE_CACHE_DIR");
+  o.host_backend = text("METAFUSE_HOST_BACKEND");
+  o.cxx = text("METAFUSE_CXX");
   return o;
 }
 

@@ -17,6 +17,8 @@ struct Options {
   std::string dump_ir;                 // METAFUSE_DUMP_IR: "" off, "1" stderr, else a directory
   bool time_stages = false;            // METAFUSE_TIME_STAGES
   std::string kernel_cache_dir;        // METAFUSE_CACHE_DIR ("" = the per-user default)
+  std::string host_backend;            // METAFUSE_HOST_BACKEND: "" default, "llvm", "cpp"
+  std::string cxx;                     // METAFUSE_CXX: the C++ compiler ("" = find one)
 };
 
 // The options the environment sets now.

@@ -85,6 +85,12 @@ torch::jit::Operation OperationFor(const ProgramCode& code, const InstructionCod
 }  // namespace
 
 Program::Program(ProgramCode code) : code_(std::move(code)) {
+  // All kernels at once: the C++ back end compiles them in one compiler run.
+  try {
+    LoadKernels(code_);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "metafuse runtime: program '", code_.label, "': ", e.what_without_backtrace());
+  }
   steps_.resize(code_.instructions.size());
   for (size_t i = 0; i < code_.instructions.size(); ++i) {
     const InstructionCode& ins = code_.instructions[i];

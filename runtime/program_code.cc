@@ -80,7 +80,7 @@ std::vector<int64_t> InputSignature(const std::vector<c10::IValue>& inputs) {
 }
 
 std::map<std::string, std::string> CurrentVersions() {
-  return {{"format", "metafuse-program 3"},
+  return {{"format", "metafuse-program 4"},
           {"metafuse", "0.1.0"},
           {"libtorch", TORCH_VERSION}};
 }

@@ -111,6 +111,12 @@ struct ProgramCode {
   std::vector<LaunchPlan> launches;
   std::vector<GemmPlan> gemms;
   std::vector<ReductionPlan> reductions;
+  // Every kernel above printed as C++ and compiled by the system compiler
+  // into one shared object for an x86-64 level `shared_object_target`
+  // (runtime/cpp_kernel_library.h), attached when an ahead-of-time artifact
+  // is saved; a loading process on the C++ back end dlopens it instead of
+  // running a compiler. Empty: compile from the kernels' IR.
+  std::string shared_object, shared_object_target;
 };
 
 // What a specialization is keyed by and checked against: dtype, device,

@@ -12,7 +12,8 @@ using c10::IValue;
 using List = c10::impl::GenericList;
 
 constexpr const char* kMagic = "metafuse-program";
-constexpr int64_t kFormat = 3;  // 2: wrapped-number flags; 3: kernels' host object code
+constexpr int64_t kFormat = 4;  // 2: wrapped-number flags; 3: kernels' host object code;
+                                // 4: programs' C++/OpenMP shared objects
 
 // ---- writing: every struct is a list of its fields, in declaration order.
 
@@ -28,6 +29,13 @@ IValue Bools(const std::vector<bool>& xs) {
   return IValue(std::vector<int64_t>(xs.begin(), xs.end()));
 }
 
+// Bytes as a uint8 tensor: the pickler's strings are text.
+IValue Bytes(const std::string& bytes) {
+  return at::from_blob(const_cast<char*>(bytes.data()), {static_cast<int64_t>(bytes.size())},
+                       at::kByte)
+      .clone();
+}
+
 IValue Write(const KernelCode& k) {
   List l = NewList();
   l.push_back(k.name);
@@ -41,10 +49,7 @@ IValue Write(const KernelCode& k) {
   l.push_back(c10::List<std::string>(k.input_names));
   l.push_back(c10::List<std::string>(k.output_names));
   l.push_back(k.object_target);
-  // Bytes as a uint8 tensor: the pickler's strings are text.
-  l.push_back(at::from_blob(const_cast<char*>(k.object_code.data()),
-                            {static_cast<int64_t>(k.object_code.size())}, at::kByte)
-                  .clone());
+  l.push_back(Bytes(k.object_code));
   return l;
 }
 
@@ -117,6 +122,8 @@ IValue Write(const ProgramCode& p) {
   l.push_back(WriteAll(p.launches));
   l.push_back(WriteAll(p.gemms));
   l.push_back(WriteAll(p.reductions));
+  l.push_back(p.shared_object_target);
+  l.push_back(Bytes(p.shared_object));
   return l;
 }
 
@@ -150,6 +157,14 @@ class Reader {
     const IValue& v = Next(field);
     if (!v.isString()) throw Bad(Here() + " is not a string");
     return v.toStringRef();
+  }
+  std::string Bytes(const char* field) {
+    const IValue& v = Next(field);
+    if (!v.isTensor() || v.toTensor().scalar_type() != at::kByte || v.toTensor().dim() != 1) {
+      throw Bad(Here() + " is not a 1-D uint8 tensor");
+    }
+    const at::Tensor bytes = v.toTensor().contiguous();
+    return std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
   }
   std::vector<int64_t> Ints(const char* field) {
     const IValue& v = Next(field);
@@ -220,13 +235,7 @@ KernelCode ReadKernel(Reader& r) {
   k.input_names = r.Strings("input_names");
   k.output_names = r.Strings("output_names");
   k.object_target = r.String("object_target");
-  const IValue& object = r.Next("object_code");
-  if (!object.isTensor() || object.toTensor().scalar_type() != at::kByte ||
-      object.toTensor().dim() != 1) {
-    throw Reader::Bad(r.Here() + " is not a 1-D uint8 tensor");
-  }
-  const at::Tensor bytes = object.toTensor().contiguous();
-  k.object_code.assign(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
+  k.object_code = r.Bytes("object_code");
   if (k.object_code.empty() != k.object_target.empty()) {
     throw Reader::Bad(r.Here() + ": object code without its target, or a target without code");
   }
@@ -352,6 +361,11 @@ ProgramCode ReadProgram(Reader& r) {
   p.launches = r.Each<LaunchPlan>("launches", ReadLaunch);
   p.gemms = r.Each<GemmPlan>("gemms", ReadGemm);
   p.reductions = r.Each<ReductionPlan>("reductions", ReadReduction);
+  p.shared_object_target = r.String("shared_object_target");
+  p.shared_object = r.Bytes("shared_object");
+  if (p.shared_object.empty() != p.shared_object_target.empty()) {
+    throw Reader::Bad(r.Here() + ": a shared object without its target, or a target without one");
+  }
   CheckIndices(p, p.label);
   return p;
 }

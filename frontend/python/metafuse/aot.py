@@ -111,7 +111,12 @@ def _save(compiled, path, example_args, job_section=None, job_payload=None, runn
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"metafuse.aot.save: `path` must be a file name, got {path!r}")
     value = compiled.program(*example_args)
-    value.attach_object_code()  # a loading process links it, no LLVM run
+    # Host code for both back ends (LLVM object code, a C++ shared object
+    # per program): a loading process links or dlopens it, no code generator.
+    try:
+        value.attach_object_code()
+    except RuntimeError as exc:
+        raise ArtifactError(f"metafuse.aot.save: {exc}") from None
     _, leaves = compiled._entry_and_leaves(example_args)
     arg_leaves, arg_spec = _tree.flatten(list(example_args))
     closed = [t.detach().clone() for t in leaves[len(arg_leaves):]]

@@ -9,6 +9,8 @@
 
 #include "compiler/compiled_inner_loop.h"
 #include "runtime/autograd_node.h"
+#include "runtime/fused_kernel_launch.h"
+#include "runtime/host_compiler.h"
 #include "runtime/host_object_code.h"
 #include "runtime/jit_kernel.h"
 #include "runtime/program_serialization.h"
@@ -151,7 +153,7 @@ TEST(ProgramValue, HostObjectCodeRoundTripsAndAForeignCpuIsRefused) {
   auto loop = CompileTask(task);
   runtime::CompiledProgram value = loop->function().ProgramFor(task.Inputs());
   ASSERT_GT(value.forward.kernels.size(), 0u);
-  runtime::AttachObjectCode(value);
+  ASSERT_TRUE(runtime::AttachObjectCode(value).ok());
   const runtime::KernelCode& first = value.forward.kernels[0];
   EXPECT_GT(first.object_code.size(), 100u);
   EXPECT_EQ(first.object_target, runtime::LlvmHostTarget());
@@ -179,6 +181,51 @@ TEST(ProgramValue, HostObjectCodeRoundTripsAndAForeignCpuIsRefused) {
   auto kernel = runtime::JitKernel::Create(renamed);
   ASSERT_FALSE(kernel.ok());
   EXPECT_NE(kernel.status().ToString().find("mf-imaginary-feature"), std::string::npos);
+}
+
+// The C++ back end's host code: one shared object per program, attached
+// with the LLVM object code, carried through serialization, run
+// bit-identically by a process on the C++ back end without a compiler, and
+// refused for an x86-64 level this CPU does not have.
+TEST(ProgramValue, SharedObjectsRoundTripAndRunWithoutACompiler) {
+  if (!runtime::FindHostCompiler().ok()) GTEST_SKIP() << "no C++ compiler on PATH";
+  Task task = MakeTask();
+  auto loop = CompileTask(task);
+  runtime::CompiledProgram value = loop->function().ProgramFor(task.Inputs());
+  ASSERT_TRUE(runtime::AttachObjectCode(value).ok());
+  ASSERT_GT(value.forward.shared_object.size(), 1000u);
+  EXPECT_EQ(value.forward.shared_object_target, runtime::HostCodeTarget());
+  auto loaded = runtime::DeserializeProgram(runtime::SerializeProgram(value));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->forward.shared_object, value.forward.shared_object);
+  auto expected = runtime::RunDifferentiable(
+      std::make_shared<runtime::ExecutableProgram>(value), task.Inputs());
+
+  setenv("METAFUSE_HOST_BACKEND", "cpp", 1);
+  setenv("METAFUSE_CXX", "/nonexistent/c++", 1);  // the artifact's object is all there is
+  const runtime::FusedKernelStats before = runtime::GetFusedKernelStats();
+  EXPECT_TRUE(runtime::CheckObjectTargets(*loaded).ok());
+  auto got = runtime::RunDifferentiable(
+      std::make_shared<runtime::ExecutableProgram>(*loaded), task.Inputs());
+  const runtime::FusedKernelStats after = runtime::GetFusedKernelStats();
+  EXPECT_GT(after.libraries_from_artifact, before.libraries_from_artifact);
+  EXPECT_EQ(after.libraries_compiled, before.libraries_compiled);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(torch::equal(got[i], expected[i]));
+
+  runtime::CompiledProgram foreign = *loaded;
+  foreign.forward.shared_object_target = "x86-64-v9";
+  absl::Status refused = runtime::CheckObjectTargets(foreign);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.ToString().find("x86-64-v9"), std::string::npos) << refused;
+  EXPECT_NE(refused.ToString().find("recompile"), std::string::npos) << refused;
+  foreign.forward.shared_object.clear();
+  foreign.forward.shared_object_target.clear();
+  refused = runtime::CheckObjectTargets(foreign);  // no object and no compiler
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.ToString().find("METAFUSE_CXX"), std::string::npos) << refused;
+  unsetenv("METAFUSE_HOST_BACKEND");
+  unsetenv("METAFUSE_CXX");
 }
 
 }  // namespace

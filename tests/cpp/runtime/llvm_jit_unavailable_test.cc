@@ -7,6 +7,11 @@
 namespace metafuse::runtime {
 namespace {
 
+TEST(LlvmJitUnavailable, ReportsNoLlvmAndNoHostTarget) {
+  EXPECT_FALSE(LlvmAvailable());
+  EXPECT_EQ(LlvmHostTarget(), "");
+}
+
 TEST(LlvmJitUnavailable, CreateSaysThisBuildHasNoLlvm) {
   auto jit = LlvmJit::Create();
   ASSERT_FALSE(jit.ok());

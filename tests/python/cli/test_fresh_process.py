@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 import metafuse as mf
@@ -18,7 +19,8 @@ from cli_helpers import PACKAGE, cli, write_job_script
 F64 = torch.float64
 
 
-def test_meta_gradients_are_bit_equal_in_a_fresh_process(tmp_path):
+@pytest.mark.parametrize("backend", ["llvm", "cpp"])
+def test_meta_gradients_are_bit_equal_in_a_fresh_process(tmp_path, backend):
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(1, 40), torch.nn.ReLU(),
                               torch.nn.Linear(40, 40), torch.nn.ReLU(),
@@ -61,19 +63,27 @@ def test_meta_gradients_are_bit_equal_in_a_fresh_process(tmp_path):
     """)
     # The child inherits this environment: OpenBLAS picks its GEMM kernels
     # from OPENBLAS_CORETYPE, and other kernels round differently.
-    # An empty kernel cache: the artifact's host object code is all there is.
+    # An empty kernel cache: the artifact's host code is all there is. On the
+    # C++ back end no compiler either: the artifact's shared objects run.
     empty_cache = tmp_path / "empty-cache"
+    env = dict(os.environ, PYTHONPATH=PACKAGE, XDG_CACHE_HOME=str(empty_cache),
+               METAFUSE_HOST_BACKEND=backend)
+    env.pop("METAFUSE_CACHE_DIR", None)
+    if backend == "cpp":
+        env["METAFUSE_CXX"] = str(tmp_path / "no-compiler-here")
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, PYTHONPATH=PACKAGE,
-                                                XDG_CACHE_HOME=str(empty_cache)))
+                          timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     there = torch.load(tmp_path / "there.pt")
     assert len(there) == len(here) == 12
     for a, b in zip(here, there):
         assert a.dtype == F64 and torch.equal(a, b)
     stats = torch.load(tmp_path / "stats.pt")
-    assert stats["compiled"] == 0, stats  # LLVM never ran in the loading process
+    assert stats["compiled"] == 0, stats  # no code generator ran in the loading process
     assert stats["from_artifact"] > 0, stats
+    if backend == "cpp":
+        assert stats["libraries_from_artifact"] == 2, stats  # forward and backward
+        assert stats["libraries_compiled"] == 0, stats
 
 
 def test_job_losses_are_bit_equal_to_the_compiled_step(tmp_path):

@@ -89,6 +89,14 @@ def run(args):
         if job.get("description"):
             print(f"  description: {job['description']}")
     print(f"kernels: {summary['kernels']}")
+    host = summary["host_code"]
+    if summary["kernels"]:
+        llvm = ", ".join(host["llvm_object_code"]) or "none (JIT from LLVM IR on load)"
+        print(f"  host code: LLVM object code for {llvm}")
+        shared = host["cpp_shared_objects"]
+        print("  host code: C++/OpenMP shared objects: " + (", ".join(
+            f"{label} ({s['target']}, {s['bytes']} bytes)" for label, s in shared.items())
+            or "none (compiled from the kernel IR on load)"))
     for stage in summary["stages"]:
         _print_stage(stage, args.kernels)
     return 0

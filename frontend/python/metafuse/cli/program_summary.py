@@ -105,6 +105,15 @@ def _add_line(stage, line):
         stage["reductions"] += 1
 
 
+def _host_code(program):
+    """What host code the program carries for each back end (artifacts)."""
+    llvm = sorted({t.split(" ")[0] for t in program.object_targets if t})
+    return {"llvm_object_code": llvm,
+            "cpp_shared_objects": {label: {"target": target, "bytes": size}
+                                   for label, (target, size) in
+                                   program.shared_objects.items()}}
+
+
 def summarize(program):
     """A dict describing a CompiledProgram (see the module docstring)."""
     stages, guard = [], []
@@ -118,5 +127,6 @@ def summarize(program):
     return {"inputs": program.num_inputs, "outputs": program.num_outputs,
             "differentiable_inputs": list(program.differentiable_inputs),
             "kernels": program.num_kernels, "guard": decode_guard(guard),
+            "host_code": _host_code(program),
             "versions": dict(program.versions), "stages": stages}
 
