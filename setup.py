@@ -75,11 +75,23 @@ def kernel_math_text(header_path):
         return 'R"mfsrc(\n' + f.read() + ')mfsrc"\n'
 
 
+# Bazel's include_prefix: frontend/optim/BUILD publishes its headers as
+# "metafuse/optim/...". Here a link in the build directory does the same.
+INCLUDE_PREFIXES = {"metafuse/optim": "frontend/optim"}
+
+
 class BuildExtension(cpp_extension.BuildExtension):
-    """Generates kernel_math_text.inc into the build directory first."""
+    """Generates kernel_math_text.inc and the include-prefix links into the
+    build directory first."""
 
     def build_extension(self, ext):
         generated = os.path.join(os.path.abspath(self.build_temp), "generated")
+        for prefix, directory in INCLUDE_PREFIXES.items():
+            link = os.path.join(generated, prefix)
+            os.makedirs(os.path.dirname(link), exist_ok=True)
+            if os.path.islink(link):
+                os.remove(link)
+            os.symlink(os.path.join(ROOT, directory), link)
         target = os.path.join(generated, "compiler", "codegen", "kernel_math_text.inc")
         os.makedirs(os.path.dirname(target), exist_ok=True)
         text = kernel_math_text(os.path.join(ROOT, "compiler", "codegen", "kernel_math.h"))
