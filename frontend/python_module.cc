@@ -24,6 +24,7 @@ py::dict BuildInfo() {
 #else
   info["nvrtc"] = false;
 #endif
+  info["llvm"] = metafuse::runtime::LlvmAvailable();
   auto jit = metafuse::runtime::LlvmJit::Create();
   info["llvm_host"] = jit.ok() ? jit.value()->HostDescription()
                                : std::string(jit.status().message());

@@ -6,6 +6,8 @@
 
 #include <c10/core/CPUAllocator.h>
 
+#include "runtime/torch_compat.h"
+
 namespace metafuse::runtime {
 namespace {
 
@@ -25,12 +27,12 @@ void Release(void* context) {
   delete counted;  // destroys the original DataPtr: the base allocator frees
 }
 
-class CountingAllocator final : public c10::Allocator {
+class CountingAllocator final : public compat::WrappingAllocator {
  public:
-  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+  explicit CountingAllocator(c10::Allocator* base) : WrappingAllocator(base) {}
 
-  c10::DataPtr allocate(size_t n) const override {
-    c10::DataPtr original = base_->allocate(n);
+  c10::DataPtr Allocate(size_t n) const override {
+    c10::DataPtr original = base()->allocate(n);
     void* data = original.get();
     const c10::Device device = original.device();
     const int64_t now = live += static_cast<int64_t>(n);
@@ -43,9 +45,6 @@ class CountingAllocator final : public c10::Allocator {
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-
- private:
-  c10::Allocator* base_;
 };
 
 }  // namespace

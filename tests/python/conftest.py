@@ -1,7 +1,9 @@
-"""pytest setup: test the package of this checkout, built by tools/build.sh."""
+"""pytest setup: test the package of this checkout, built by tools/build.sh,
+or the installed one under METAFUSE_TEST_INSTALLED=1 (package_under_test)."""
 
-import os
 import sys
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO_ROOT, "frontend", "python"))
+from package_under_test import INSTALLED, PACKAGE_DIR
+
+if not INSTALLED:
+    sys.path.insert(0, PACKAGE_DIR)

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+from package_under_test import PACKAGE_DIR
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VARIANTS = {"eager metafuse", "plain PyTorch", "functorch vmap", "compiled per task",
             "compiled batched"}
@@ -16,7 +18,7 @@ VARIANTS = {"eager metafuse", "plain PyTorch", "functorch vmap", "compiled per t
 
 def test_smallest_sweep_has_every_cell_and_the_gradients_agree(tmp_path):
     out = tmp_path / "sweep.json"
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "frontend", "python"))
+    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
     run = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "sweep.py"),
                           "--models", "sinusoid", "--threads", "1", "--optimizers",
                           "adam", "--repeats", "1", "--json", str(out)],

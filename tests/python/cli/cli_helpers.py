@@ -7,7 +7,7 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-PACKAGE = os.path.join(REPO, "frontend", "python")
+from package_under_test import PACKAGE_DIR as PACKAGE  # noqa: E402
 
 # A whole meta-training step: 2 tasks, 3 inner SGD steps written with
 # metafuse.grad, the query loss, the meta-gradient, the outer SGD update.

@@ -8,13 +8,15 @@ import sys
 
 import pytest
 
+from package_under_test import PACKAGE_DIR
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
 @pytest.mark.parametrize("launcher, mode", [(["metafuse.distributed.launch"], []),
                                            (["metafuse", "launch"], ["--batched"])])
 def test_distributed_maml_example_trains(launcher, mode):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "frontend", "python"))
+    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
     done = subprocess.run(
         [sys.executable, "-m", *launcher, "-n", "2", "--timeout", "150",
          os.path.join(ROOT, "examples", "distributed_maml.py"), "--steps", "31", "--tasks", "16",

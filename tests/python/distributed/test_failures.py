@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
+from package_under_test import PACKAGE_DIR
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.join(HERE, "..", "..", "..")
 TIMEOUT = 10  # METAFUSE_RPC_TIMEOUT of the job
 
 
@@ -18,7 +19,7 @@ TIMEOUT = 10  # METAFUSE_RPC_TIMEOUT of the job
 def seen(tmp_path_factory):
     out = tmp_path_factory.mktemp("failure") / "seen.json"
     env = dict(os.environ, METAFUSE_RPC_TIMEOUT=str(TIMEOUT),
-               PYTHONPATH=os.path.join(ROOT, "frontend", "python"))
+               PYTHONPATH=PACKAGE_DIR)
     done = subprocess.run(
         [sys.executable, "-m", "metafuse.distributed.launch", "-n", "3", "--keep-going",
          "--grace", "3", "--timeout", "150", os.path.join(HERE, "failure_job.py"), str(out)],

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from package_under_test import PACKAGE_DIR
+
 import metafuse.distributed as todist
 from metafuse.distributed.launch import launch, main
 
@@ -58,7 +60,7 @@ def test_spawn_reports_the_failing_rank_s_traceback():
 
 def _env():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.join(HERE, "..", "..", "..", "frontend", "python"), HERE]))
+        [PACKAGE_DIR, HERE]))
     return env
 
 
