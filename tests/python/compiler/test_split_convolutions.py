@@ -99,3 +99,23 @@ def test_a_bad_setting_is_named(monkeypatch):
 
     with pytest.raises(RuntimeError, match="METAFUSE_SPLIT_CONVOLUTIONS='sometimes'"):
         grouped(w, torch.randn(1, 8, 5, 5, dtype=F64))
+
+
+def test_measuring_leaves_the_random_generator_alone(monkeypatch):
+    monkeypatch.delenv("METAFUSE_SPLIT_CONVOLUTIONS", raising=False)
+    w = torch.randn(12, 5, 3, 3, dtype=F64, requires_grad=True)  # a shape no test measured
+
+    @mf.compile
+    def grouped(w, x):
+        return torch.nn.functional.conv2d(x, w, groups=3).square().sum()
+
+    x = torch.randn(2, 15, 6, 6, dtype=F64)
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    out = grouped(w, x)  # specializes: times the grouped convolution both ways
+    assert torch.equal(torch.rand(4), expected)
+    torch.testing.assert_close(
+        out, torch.nn.functional.conv2d(x, w, groups=3).square().sum())
+    report = next(iter(grouped._programs.values()))[0].fusion_report()
+    assert report["forward"]["grouped_convolutions"] == 1
