@@ -4,8 +4,10 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUFunctions.h>
+#include <ATen/Parallel.h>
 
 #include "runtime/buffer_ownership.h"
+#include "runtime/small_gemm.h"
 
 namespace metafuse::runtime {
 namespace {
@@ -125,6 +127,26 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
     const double beta = accumulate ? 1.0 : 0.0;
     if (k == 0 || m == 0 || n == 0) {
       if (!accumulate) c.zero_();
+      stack.back() = std::move(c);
+      return;
+    }
+    if (PreferSmallGemm(m, n, k)) {
+      // The tasks of a batched product split over ATen's threads, in
+      // chunks of at least ~64k multiply-adds (below that a fork-join
+      // costs more than it saves).
+      const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, m * n * k));
+      at::parallel_for(0, batch, grain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          if (a.scalar_type() == at::kFloat) {
+            SmallGemm(fa, fb, m, n, k, a.data_ptr<float>() + i * m * k,
+                      b.data_ptr<float>() + i * k * n, static_cast<float>(beta),
+                      c.data_ptr<float>() + i * m * n);
+          } else {
+            SmallGemm(fa, fb, m, n, k, a.data_ptr<double>() + i * m * k,
+                      b.data_ptr<double>() + i * k * n, beta, c.data_ptr<double>() + i * m * n);
+          }
+        }
+      });
       stack.back() = std::move(c);
       return;
     }

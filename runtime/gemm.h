@@ -1,6 +1,8 @@
 // The runtime operation of a GEMM instruction (compiler/lower_matmul.h):
 // C = op(A) op(B) (+ acc) into a fresh row-major matrix, through the Fortran
-// BLAS (sgemm_/dgemm_) that LibTorch links, found in the running process.
+// BLAS (sgemm_/dgemm_) that LibTorch links, found in the running process,
+// or for small products through runtime/small_gemm.h (faster there, and
+// safe to run a batch's tasks on several threads).
 // Where no such BLAS is loaded, and for CUDA tensors, the operation calls
 // ATen's mm / bmm on (transposed) views (on CUDA: cuBLAS, the accumulator
 // folded in with addmm / baddbmm).
