@@ -21,9 +21,20 @@ from compile_inner_loop called inside becomes part of the program.
 Fallbacks, each after one CompilationFallbackWarning naming the reason, never
 a wrong result: what metafuse.compile cannot compile runs functorch.vmap
 eagerly; what functorch cannot batch runs as a loop over the tasks.
+
+A cost check keeps batching from making a call slower: task batching turns
+a task's convolutions into convolutions grouped over the tasks, which
+LibTorch 1.13 runs several times slower than one convolution per task
+(docs/sweep.md). Where the batched program has grouped convolutions, the
+first call with a set of shapes times it against the same function compiled
+for one task and run task after task, and keeps the faster
+(``strategies()`` reports both times; METAFUSE_VMAP_STRATEGY=batched|tasks
+overrides the measurement).
 """
 
 import numbers
+import os
+import time
 import warnings
 
 import functorch
@@ -36,6 +47,34 @@ from metafuse.compiler import CompilationFallbackWarning, CompiledFunction
 __all__ = ["vmap", "BatchedFunction"]
 
 _RANDOMNESS = ("error", "different", "same")
+
+STRATEGY_VARIABLE = "METAFUSE_VMAP_STRATEGY"
+_STRATEGIES = ("auto", "batched", "tasks")
+# The task loop must be this much faster to be chosen: one timed call each
+# decides, so a near tie keeps the one program.
+_TASKS_MARGIN = 1.1
+
+
+def _strategy_setting():
+    value = os.environ.get(STRATEGY_VARIABLE, "auto") or "auto"
+    if value not in _STRATEGIES:
+        raise ValueError(f"metafuse.vmap: {STRATEGY_VARIABLE} must be one of "
+                         f"{', '.join(_STRATEGIES)}, got {value!r}")
+    return value
+
+
+def _has_grouped_convolutions(compiled, args):
+    """True when the program compiled for ``args`` runs a convolution
+    grouped over the tasks (read from its fusion report)."""
+    try:
+        entry, _ = compiled._entry_and_leaves(args)
+    except KeyError:
+        return False
+    if not isinstance(entry, tuple):
+        return False  # fell back to eager functorch.vmap: nothing to choose
+    report = entry[0].fusion_report()
+    return any(report.get(part, {}).get("grouped_convolutions", 0)
+               for part in ("forward", "backward"))
 
 
 def _check_dim(dim, what):
@@ -69,6 +108,7 @@ class BatchedFunction:
         self._closure_owner = getattr(fn, "loss_fn", fn)
         self._programs = {}  # (in_dims, args that require grad) -> CompiledFunction
         self._loop_reason = None  # why functorch could not batch fn, once known
+        self._strategies = {}  # (program key, shapes) -> the cost check's record
 
     @property
     def compile_count(self):
@@ -108,24 +148,75 @@ class BatchedFunction:
     def __call__(self, *args):
         dims = self._dims_per_argument(args)
         size = self._batch_size(args, dims)
-        if self.chunk_size is not None and self.chunk_size < size:
-            return self._in_chunks(args, dims, size)
-        return self._program_for(args, dims)(*args)
+        if self.chunk_size is not None:
+            if self.chunk_size < size:
+                return self._in_chunks(args, dims, size, self.chunk_size)
+            return self._program_for(args, dims)(*args)  # the user chose the chunks
+        setting = _strategy_setting()
+        if size == 1 or setting == "batched":
+            return self._program_for(args, dims)(*args)
+        if setting == "tasks":
+            return self._in_chunks(args, dims, size, 1)
+        key = (self._program_key(args, dims), tuple(
+            (tuple(t.shape), t.dtype, t.device) for arg in args for t in _tree.leaves(arg)
+            if isinstance(t, torch.Tensor)))
+        record = self._strategies.get(key)
+        if record is not None:
+            if record["strategy"] == "tasks":
+                return self._in_chunks(args, dims, size, 1)
+            return self._program_for(args, dims)(*args)
+        return self._choose_strategy(key, args, dims, size)
 
-    def _program_for(self, args, dims):
-        """The CompiledFunction for these arguments' mapping and the
-        arguments that require grad (made on first use)."""
+    def _choose_strategy(self, key, args, dims, size):
+        """The first call with these shapes: the batched program, and where
+        it has grouped convolutions also the task loop, each run once to
+        compile and once timed; the faster's result is returned."""
+        batched = self._program_for(args, dims)
+        out = batched(*args)
+        if not _has_grouped_convolutions(batched, args):
+            self._strategies[key] = {"strategy": "batched", "reason": "no grouped convolution"}
+            return out
+        del out
+
+        def timed(run):
+            start = time.perf_counter()
+            result = run()
+            return time.perf_counter() - start, result
+
+        batched_s, batched_out = timed(lambda: batched(*args))
+        self._in_chunks(args, dims, size, 1)  # compiles the one-task program
+        tasks_s, tasks_out = timed(lambda: self._in_chunks(args, dims, size, 1))
+        strategy = "tasks" if tasks_s * _TASKS_MARGIN < batched_s else "batched"
+        self._strategies[key] = {
+            "strategy": strategy, "reason": "grouped convolutions, timed",
+            "batched_s": batched_s, "tasks_s": tasks_s, "tasks": size}
+        return tasks_out if strategy == "tasks" else batched_out
+
+    def strategies(self):
+        """What the cost check chose per set of argument shapes: a list of
+        dicts with ``strategy`` ('batched': one program for the meta-batch;
+        'tasks': the one-task program, task after task), ``reason`` and,
+        where both were timed, ``batched_s`` and ``tasks_s`` (one call's
+        forward seconds each)."""
+        return [dict(record) for record in self._strategies.values()]
+
+    def _program_key(self, args, dims):
         shared_grad = tuple(
             i for i, (arg, dim) in enumerate(zip(args, dims))
             if dim is None and any(isinstance(t, torch.Tensor) and t.requires_grad
                                    for t in _tree.leaves(arg)))
-        key = (dims, shared_grad, tuple(
+        return (dims, shared_grad, tuple(
             i for i, arg in enumerate(args)
             if any(isinstance(t, torch.Tensor) and t.requires_grad
                    for t in _tree.leaves(arg))))
+
+    def _program_for(self, args, dims):
+        """The CompiledFunction for these arguments' mapping and the
+        arguments that require grad (made on first use)."""
+        key = self._program_key(args, dims)
         program = self._programs.get(key)
         if program is None:
-            program = self._make_program(dims, shared_grad, argnums=key[2])
+            program = self._make_program(dims, shared_grad=key[1], argnums=key[2])
             self._programs[key] = program
         return program
 
@@ -184,11 +275,11 @@ class BatchedFunction:
                              "save a vmap without chunk_size")
         return self._program_for(args, dims)
 
-    def _in_chunks(self, args, dims, size):
+    def _in_chunks(self, args, dims, size, chunk_size):
         """chunk_size tasks per call, outputs concatenated in task order."""
         pieces = []
-        for start in range(0, size, self.chunk_size):
-            stop = min(size, start + self.chunk_size)
+        for start in range(0, size, chunk_size):
+            stop = min(size, start + chunk_size)
             chunk = [arg if d is None else
                      _tree.map(lambda x, d=d: x.narrow(d, start, stop - start), arg)
                      for arg, d in zip(args, dims)]

@@ -10,6 +10,8 @@ import torch
 import metafuse as mf
 from metafuse.compiler import CompilationFallbackWarning
 
+from conv_tasks import ConvTasks, cnn_pooled
+
 F64 = torch.float64
 TASKS = 4
 
@@ -29,14 +31,6 @@ def regression_problem(dtype=F64):
         return torch.nn.functional.mse_loss(mf.functional_call(net, p, x), y)
 
     return params_of(net), loss_fn
-
-
-def cnn():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4, track_running_stats=False),
-        torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
-        torch.nn.Linear(4 * 4 * 4, 3)).double()
 
 
 def params_of(net):
@@ -136,26 +130,16 @@ def test_user_loop_with_metafuse_grad():
     assert_all_close(meta_gradient(losses, params), meta_gradient(expected, params))
 
 
-def test_conv_batchnorm_tasks_compile_as_one_program():
-    net = cnn()
-    params = params_of(net)
-
-    def loss_fn(p, x, y):
-        return torch.nn.functional.cross_entropy(mf.functional_call(net, p, x), y)
-
-    adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.1), steps=2)
-    task_loss = mf.vmap(lambda p, xs, ys, xq, yq: loss_fn(adapt(p, xs, ys), xq, yq),
-                        in_dims=(None, 0, 0, 0, 0))
-    g = torch.Generator().manual_seed(2)
-    xs, xq = (torch.randn(TASKS, n, 1, 8, 8, generator=g, dtype=F64) for n in (3, 6))
-    ys, yq = torch.arange(3).repeat(TASKS, 1), torch.arange(3).repeat(TASKS, 2)
+def test_conv_batchnorm_tasks_compile_as_one_program(monkeypatch):
+    monkeypatch.setenv("METAFUSE_VMAP_STRATEGY", "batched")
+    tasks = ConvTasks(cnn_pooled())
     ctx = strict()
-    losses = task_loss(params, xs, ys, xq, yq)
+    losses = tasks.losses()
     ctx.__exit__(None, None, None)
-    expected = torch.stack([loss_fn(adapt._eager(params, (xs[t], ys[t])), xq[t], yq[t])
-                            for t in range(TASKS)])
-    torch.testing.assert_close(losses, expected, rtol=1e-10, atol=1e-12)
-    assert_all_close(meta_gradient(losses, params), meta_gradient(expected, params))
+    tasks.check(losses)
+    # Batched: the convolutions' derivatives are grouped over the tasks.
+    report = tasks.fusion_report()
+    assert report["forward"]["grouped_convolutions"] + report["backward"]["grouped_convolutions"] > 0
 
 
 def test_adapt_batched_equals_adapt_per_task():

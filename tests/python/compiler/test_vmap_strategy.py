@@ -1,0 +1,88 @@
+"""metafuse.vmap's cost check between the batched program and the task loop:
+where the batched program has grouped convolutions, the first call times
+both and keeps the faster, and every choice gives the per-task loop's
+losses and meta-gradients (float64, 1e-10); programs without grouped
+convolutions are never timed; METAFUSE_VMAP_STRATEGY forces a side and a
+bad value is named."""
+
+import pytest
+import torch
+
+import metafuse as mf
+
+from conv_tasks import ConvTasks, cnn_pooled
+
+VARIABLE = "METAFUSE_VMAP_STRATEGY"
+
+
+def test_conv_tasks_are_timed_both_ways_and_the_choice_agrees(monkeypatch):
+    monkeypatch.delenv(VARIABLE, raising=False)
+    tasks = ConvTasks(cnn_pooled())
+    first = tasks.losses()
+    [record] = tasks.task_loss.strategies()
+    assert record["reason"] == "grouped convolutions, timed", record
+    assert record["batched_s"] > 0 and record["tasks_s"] > 0 and record["tasks"] == 4
+    assert record["strategy"] == ("tasks" if record["tasks_s"] * 1.1 < record["batched_s"]
+                                  else "batched")
+    tasks.check(first)
+    count = tasks.task_loss.compile_count
+    tasks.check(tasks.losses())  # the choice is kept: nothing timed or compiled again
+    assert tasks.task_loss.compile_count == count
+    assert len(tasks.task_loss.strategies()) == 1
+
+
+@pytest.mark.parametrize("strategy", ["batched", "tasks"])
+def test_each_forced_strategy_agrees_with_the_per_task_loop(monkeypatch, strategy):
+    monkeypatch.setenv(VARIABLE, strategy)
+    tasks = ConvTasks(cnn_pooled())
+    tasks.check(tasks.losses())
+    assert tasks.task_loss.strategies() == []  # forced: nothing measured
+    # The task loop compiles the program for one task; batched, for all.
+    xs = tasks.data[0]
+    compiled = tasks.task_loss.compiled_function(tasks.params, *tasks.data)
+    shapes = [guard[2] for guard in compiled._programs]
+    assert len(shapes) == 1
+    assert any(tuple(xs.shape[1:]) == tuple(shape[1:]) and
+               shape[0] == (1 if strategy == "tasks" else xs.shape[0])
+               for shape in _tensor_shapes(shapes[0])), shapes
+
+
+def _tensor_shapes(description):
+    """The tensor shapes in a guard's description of its inputs."""
+    found = []
+
+    def walk(item):
+        if isinstance(item, tuple) and item and all(isinstance(d, int) for d in item):
+            found.append(item)
+        elif isinstance(item, (tuple, list)):
+            for sub in item:
+                walk(sub)
+    walk(description)
+    return found
+
+
+def test_programs_without_grouped_convolutions_are_not_timed(monkeypatch):
+    monkeypatch.delenv(VARIABLE, raising=False)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.Tanh(),
+                              torch.nn.Linear(8, 1)).double()
+    params = {k: v.detach().clone().requires_grad_() for k, v in net.named_parameters()}
+
+    def loss_fn(p, x, y):
+        return torch.nn.functional.mse_loss(mf.functional_call(net, p, x), y)
+
+    adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.1), steps=2)
+    batched = mf.vmap(lambda p, x, y: loss_fn(adapt(p, x, y), x, y), in_dims=(None, 0, 0))
+    x = torch.randn(5, 4, 1, dtype=torch.float64)
+    batched(params, x, torch.sin(x))
+    assert batched.strategies() == [{"strategy": "batched",
+                                     "reason": "no grouped convolution"}]
+    assert batched.compile_count == 1
+
+
+def test_a_bad_setting_is_named(monkeypatch):
+    monkeypatch.setenv(VARIABLE, "fastest")
+    tasks = ConvTasks(cnn_pooled())
+    with pytest.raises(ValueError, match="METAFUSE_VMAP_STRATEGY must be one of "
+                                         "auto, batched, tasks, got 'fastest'"):
+        tasks.losses()
