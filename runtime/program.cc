@@ -11,6 +11,7 @@
 #include <torch/csrc/jit/mobile/type_parser.h>
 
 #include "runtime/fused_kernel_launch.h"
+#include "runtime/convolution.h"
 #include "runtime/gemm.h"
 #include "runtime/operator_lookup.h"
 #include "runtime/profiler.h"
@@ -69,6 +70,11 @@ torch::jit::Operation OperationFor(const ProgramCode& code, const InstructionCod
           stack.back() = a.is_cpu() && b.is_cpu() ? at::cpu::mm(a, b) : a.mm(b);
         };
       }
+      // Convolutions: GEMMs of packed image patches (runtime/convolution.h).
+      if (ins.schema.rfind("aten::conv2d(", 0) == 0)
+        return MakeConvolutionOperation(false, LookUpOperation(ins.schema));
+      if (ins.schema.rfind("aten::conv_transpose2d.input(", 0) == 0)
+        return MakeConvolutionOperation(true, LookUpOperation(ins.schema));
       return LookUpOperation(ins.schema);
     }
     case InstructionKind::kFusedKernel: {

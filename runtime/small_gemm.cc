@@ -161,30 +161,24 @@ __attribute__((always_inline)) inline void TileOf(int rows, int vectors, int64_t
 #undef METAFUSE_TILE_ROWS
 }
 
+// C (ldc apart rows) = op(A) B + beta C with B packed: k rows of `stride`
+// elements, zero past column n (stride a multiple of this target's lanes).
 template <typename T, int kBytes>
-__attribute__((always_inline)) inline void Gemm(bool trans_a, bool trans_b, int64_t m,
-                                                int64_t n, int64_t k, const T* a, const T* b,
-                                                T beta, T* c) {
+__attribute__((always_inline)) inline void GemmPacked(int64_t m, int64_t n, int64_t k,
+                                                      const T* a, int64_t a_row, int64_t a_col,
+                                                      const T* packed, int64_t stride, T beta,
+                                                      T* c, int64_t ldc) {
   constexpr int kLanes = Simd<T, kBytes>::kLanes;
   constexpr int kMaxRows = kMaxTileRows<kBytes>, kMaxVectors = kMaxTileVectors<kBytes>;
-  if constexpr (kBytes > 16) {
-    // A product with a few columns (a layer to one output) wastes most
-    // lanes of a wide vector: 4-lane vectors, still this target's code.
-    if (n * static_cast<int64_t>(sizeof(T)) <= 16)
-      return Gemm<T, 16>(trans_a, trans_b, m, n, k, a, b, beta, c);
-  }
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
-    for (int64_t i = 0; i < m * n; ++i) c[i] = beta != T(0) ? beta * c[i] : T(0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        T& out = c[i * ldc + j];
+        out = beta != T(0) ? beta * out : T(0);
+      }
     return;
   }
-  const int64_t stride = (n + kLanes - 1) / kLanes * kLanes;
-  thread_local std::vector<T> scratch;
-  scratch.resize(static_cast<size_t>(k * stride));
-  PackB(trans_b, n, k, b, stride, scratch.data());
-  // A is read one element per row and step: (row, step) at row * a_row +
-  // step * a_col, so both layouts need no copy.
-  const int64_t a_row = trans_a ? 1 : k, a_col = trans_a ? m : 1;
   // Rows split into equal tiles (10 rows: 5 + 5, not 6 + 4), so no tile is
   // much smaller than the registers allow.
   const int64_t row_tiles = (m + kMaxRows - 1) / kMaxRows;
@@ -194,10 +188,32 @@ __attribute__((always_inline)) inline void Gemm(bool trans_a, bool trans_b, int6
     const int vectors = static_cast<int>((columns + kLanes - 1) / kLanes);
     for (int64_t i = 0; i < m; i += tile_rows) {
       const int rows = static_cast<int>(std::min(tile_rows, m - i));
-      TileOf<T, kBytes>(rows, vectors, k, a + i * a_row, a_row, a_col, scratch.data() + j,
-                        stride, beta, c + i * n + j, n, columns);
+      TileOf<T, kBytes>(rows, vectors, k, a + i * a_row, a_row, a_col, packed + j, stride, beta,
+                        c + i * ldc + j, ldc, columns);
     }
   }
+}
+
+template <typename T, int kBytes>
+__attribute__((always_inline)) inline void Gemm(bool trans_a, bool trans_b, int64_t m,
+                                                int64_t n, int64_t k, const T* a, const T* b,
+                                                T beta, T* c) {
+  if constexpr (kBytes > 16) {
+    // A product with a few columns (a layer to one output) wastes most
+    // lanes of a wide vector: 4-lane vectors, still this target's code.
+    if (n * static_cast<int64_t>(sizeof(T)) <= 16)
+      return Gemm<T, 16>(trans_a, trans_b, m, n, k, a, b, beta, c);
+  }
+  if (m <= 0 || n <= 0) return;
+  constexpr int kLanes = Simd<T, kBytes>::kLanes;
+  const int64_t stride = (n + kLanes - 1) / kLanes * kLanes;
+  thread_local std::vector<T> scratch;
+  scratch.resize(static_cast<size_t>(std::max<int64_t>(k, 1) * stride));
+  PackB(trans_b, n, k, b, stride, scratch.data());
+  // A is read one element per row and step: (row, step) at row * a_row +
+  // step * a_col, so both layouts need no copy.
+  GemmPacked<T, kBytes>(m, n, k, a, trans_a ? 1 : k, trans_a ? m : 1, scratch.data(), stride,
+                        beta, c, n);
 }
 
 // The same source compiled three times, once per instruction set.
@@ -218,6 +234,28 @@ template <typename T>
 void GemmSse2(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b,
               T beta, T* c) {
   Gemm<T, 16>(ta, tb, m, n, k, a, b, beta, c);
+}
+
+template <typename T>
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) void GemmPackedAvx512(
+    int64_t m, int64_t n, int64_t k, const T* a, int64_t a_row, int64_t a_col, const T* packed,
+    int64_t stride, T beta, T* c, int64_t ldc) {
+  GemmPacked<T, 64>(m, n, k, a, a_row, a_col, packed, stride, beta, c, ldc);
+}
+
+template <typename T>
+__attribute__((target("avx2,fma"))) void GemmPackedAvx2(int64_t m, int64_t n, int64_t k,
+                                                        const T* a, int64_t a_row,
+                                                        int64_t a_col, const T* packed,
+                                                        int64_t stride, T beta, T* c,
+                                                        int64_t ldc) {
+  GemmPacked<T, 32>(m, n, k, a, a_row, a_col, packed, stride, beta, c, ldc);
+}
+
+template <typename T>
+void GemmPackedSse2(int64_t m, int64_t n, int64_t k, const T* a, int64_t a_row, int64_t a_col,
+                    const T* packed, int64_t stride, T beta, T* c, int64_t ldc) {
+  GemmPacked<T, 16>(m, n, k, a, a_row, a_col, packed, stride, beta, c, ldc);
 }
 
 enum class Isa { kSse2, kAvx2, kAvx512 };
@@ -243,6 +281,23 @@ void Run(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
       return GemmAvx2<T>(ta, tb, m, n, k, a, b, beta, c);
     case Isa::kSse2:
       return GemmSse2<T>(ta, tb, m, n, k, a, b, beta, c);
+  }
+}
+
+template <typename T>
+void RunPacked(int64_t m, int64_t n, int64_t k, const T* a, int64_t a_row, int64_t a_col,
+               const T* packed, int64_t stride, T beta, T* c, int64_t ldc) {
+  if (stride % SmallGemmPackedStride(1, sizeof(T)) != 0 || stride < n)
+    throw std::invalid_argument("SmallGemmPacked: `stride` must be at least n and a multiple of " +
+                                std::to_string(SmallGemmPackedStride(1, sizeof(T))) + ", got " +
+                                std::to_string(stride));
+  switch (BestIsa()) {
+    case Isa::kAvx512:
+      return GemmPackedAvx512<T>(m, n, k, a, a_row, a_col, packed, stride, beta, c, ldc);
+    case Isa::kAvx2:
+      return GemmPackedAvx2<T>(m, n, k, a, a_row, a_col, packed, stride, beta, c, ldc);
+    case Isa::kSse2:
+      return GemmPackedSse2<T>(m, n, k, a, a_row, a_col, packed, stride, beta, c, ldc);
   }
 }
 
@@ -290,6 +345,24 @@ void SmallGemmOn(const char* isa, bool trans_a, bool trans_b, int64_t m, int64_t
 void SmallGemmOn(const char* isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                  const double* a, const double* b, double beta, double* c) {
   Run<double>(IsaNamed(isa), trans_a, trans_b, m, n, k, a, b, beta, c);
+}
+
+int64_t SmallGemmPackedStride(int64_t n, size_t element_size) {
+  // Whole vectors of the widest target (64 bytes), so any target's loads fit.
+  const int64_t lanes = 64 / static_cast<int64_t>(element_size);
+  return (n + lanes - 1) / lanes * lanes;
+}
+
+void SmallGemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row,
+                     int64_t a_col, const float* packed, int64_t stride, float beta, float* c,
+                     int64_t ldc) {
+  RunPacked<float>(m, n, k, a, a_row, a_col, packed, stride, beta, c, ldc);
+}
+
+void SmallGemmPacked(int64_t m, int64_t n, int64_t k, const double* a, int64_t a_row,
+                     int64_t a_col, const double* packed, int64_t stride, double beta,
+                     double* c, int64_t ldc) {
+  RunPacked<double>(m, n, k, a, a_row, a_col, packed, stride, beta, c, ldc);
 }
 
 bool PreferSmallGemm(int64_t m, int64_t n, int64_t k) {

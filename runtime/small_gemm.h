@@ -12,6 +12,7 @@
 // once are safe, so the tasks of a batched product can run in parallel.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace metafuse::runtime {
@@ -31,6 +32,20 @@ void SmallGemmOn(const char* isa, bool trans_a, bool trans_b, int64_t m, int64_t
                  const float* a, const float* b, float beta, float* c);
 void SmallGemmOn(const char* isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                  const double* a, const double* b, double beta, double* c);
+
+// The same product with B already packed by the caller (a convolution
+// writes its image patches straight into this layout): k rows, each
+// `stride` elements apart, zero from column n to the stride. The stride
+// must be SmallGemmPackedStride(n, sizeof(T)) or a larger multiple of it
+// (std::invalid_argument otherwise). A's element (row i, step p) is at
+// a[i * a_row + p * a_col]; C's rows are ldc apart.
+int64_t SmallGemmPackedStride(int64_t n, size_t element_size);
+void SmallGemmPacked(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row,
+                     int64_t a_col, const float* packed, int64_t stride, float beta, float* c,
+                     int64_t ldc);
+void SmallGemmPacked(int64_t m, int64_t n, int64_t k, const double* a, int64_t a_row,
+                     int64_t a_col, const double* packed, int64_t stride, double beta,
+                     double* c, int64_t ldc);
 
 // True where SmallGemm is faster than the BLAS on this shape (a rule from
 // the measurements in docs/benchmarks.md, not a per-call timing).

@@ -1,0 +1,82 @@
+// runtime/convolution (GEMMs of packed patches) against ATen's conv2d and
+// conv_transpose2d on the shapes of the Omniglot conv-net MAML meta-step
+// (bench/sweep.py's conv model: 75 query / 5 support images, 64 channels)
+// and of its derivatives, one thread, fresh input tensors every call (as a
+// program gives them), median of 7 after one warm-up call.
+//   bazel run //bench:conv_bench
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "runtime/convolution.h"
+
+namespace {
+
+double MedianMs(const std::function<void()>& run) {
+  run();
+  std::vector<double> times;
+  for (int i = 0; i < 7; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    times.push_back(std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - start)
+                        .count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[3];
+}
+
+}  // namespace
+
+int main() {
+  at::set_num_threads(1);
+  at::NoGradGuard no_grad;
+  struct Shape {
+    const char* name;
+    std::vector<int64_t> input, weight;
+    int64_t padding;
+    bool transposed;
+    int64_t groups = 1;
+  };
+  const Shape shapes[] = {
+      {"layer 1, query (1 -> 64 ch, 28x28)", {75, 1, 28, 28}, {64, 1, 3, 3}, 1, false},
+      {"layer 2, query (64 ch, 14x14)", {75, 64, 14, 14}, {64, 64, 3, 3}, 1, false},
+      {"layer 3, query (64 ch, 7x7)", {75, 64, 7, 7}, {64, 64, 3, 3}, 1, false},
+      {"layer 4, query (64 ch, 3x3)", {75, 64, 3, 3}, {64, 64, 3, 3}, 1, false},
+      {"layer 2, support (5 images)", {5, 64, 14, 14}, {64, 64, 3, 3}, 1, false},
+      {"weight gradient of layer 2 (as conv)", {64, 75, 14, 14}, {64, 75, 14, 14}, 1, false},
+      {"input gradient of layer 2 (transposed)", {75, 64, 14, 14}, {64, 64, 3, 3}, 1, true},
+      {"input gradient of layer 3 (transposed)", {75, 64, 7, 7}, {64, 64, 3, 3}, 1, true},
+      {"layer 2, 4 tasks batched (groups 4)", {75, 256, 14, 14}, {256, 64, 3, 3}, 1, false, 4},
+      {"layer 1, 4 tasks batched (groups 4)", {75, 4, 28, 28}, {256, 1, 3, 3}, 1, false, 4},
+      {"input gradient, 4 tasks (groups 4)", {75, 256, 14, 14}, {256, 64, 3, 3}, 1, true, 4},
+  };
+  std::printf("%-42s %10s %10s %8s %s\n", "convolution", "ATen ms", "GEMM ms", "speed-up",
+              " programs use");
+  for (const Shape& s : shapes) {
+    const at::Tensor weight = at::randn(s.weight);
+    const at::Tensor input = at::randn(s.input);
+    // A fresh input every call, as a program's instructions produce them.
+    auto fresh = [&] { return input.clone(); };
+    const std::vector<int64_t> one = {1, 1}, pad = {s.padding, s.padding}, none = {0, 0};
+    const double aten = MedianMs([&] {
+      s.transposed ? at::conv_transpose2d(fresh(), weight, {}, one, pad, none, s.groups, one)
+                   : at::conv2d(fresh(), weight, {}, one, pad, one, s.groups);
+    });
+    const double gemm = MedianMs([&] {
+      s.transposed
+          ? metafuse::runtime::ConvTranspose2dByGemm(fresh(), weight, c10::nullopt, one, pad,
+                                                     none, s.groups, one)
+          : metafuse::runtime::Conv2dByGemm(fresh(), weight, c10::nullopt, one, pad, one,
+                                            s.groups);
+    });
+    const bool chosen = metafuse::runtime::PreferGemmConvolution(weight, s.groups, s.transposed);
+    std::printf("%-42s %10.2f %10.2f %7.2fx  %s\n", s.name, aten, gemm, aten / gemm,
+                chosen ? "GEMM" : "ATen");
+  }
+}

@@ -1,0 +1,307 @@
+#include "runtime/convolution.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/small_gemm.h"
+
+namespace metafuse::runtime {
+namespace {
+
+// One spatial dimension of a convolution.
+struct Axis {
+  int64_t in, out, kernel, stride, padding, dilation;
+
+  // The output positions [first, last) whose input position for kernel tap
+  // `tap` lies inside the input.
+  std::pair<int64_t, int64_t> Inside(int64_t tap) const {
+    const int64_t offset = tap * dilation - padding;
+    const int64_t first = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+    const int64_t limit = in - 1 - offset;
+    const int64_t last = limit < 0 ? 0 : limit / stride + 1;
+    const int64_t end = std::min(last, out);
+    return {std::min(first, end), end};
+  }
+};
+
+// The patches of `channels` input planes (x: [channels, h.in, w.in]) as
+// GEMM rows: row (c, i, j) holds x[c, oh * sh - ph + i * dh, ow * sw - pw +
+// j * dw] for every output position (0 outside the input), rows `stride`
+// apart, zero from h.out * w.out to the stride.
+template <typename T>
+void PackPatches(const T* x, int64_t channels, const Axis& h, const Axis& w, T* packed,
+                 int64_t stride) {
+  const int64_t plane = h.out * w.out;
+  T* row = packed;
+  for (int64_t c = 0; c < channels; ++c) {
+    const T* xc = x + c * h.in * w.in;
+    for (int64_t i = 0; i < h.kernel; ++i) {
+      for (int64_t j = 0; j < w.kernel; ++j, row += stride) {
+        const auto [lo, hi] = w.Inside(j);
+        const int64_t offset = j * w.dilation - w.padding;
+        for (int64_t oh = 0; oh < h.out; ++oh) {
+          T* out = row + oh * w.out;
+          const int64_t ih = oh * h.stride - h.padding + i * h.dilation;
+          if (ih < 0 || ih >= h.in) {
+            std::fill(out, out + w.out, T(0));
+            continue;
+          }
+          const T* in = xc + ih * w.in + offset;
+          std::fill(out, out + lo, T(0));
+          if (w.stride == 1) {
+            std::memcpy(out + lo, in + lo, static_cast<size_t>(hi - lo) * sizeof(T));
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) out[ow] = in[ow * w.stride];
+          }
+          std::fill(out + hi, out + w.out, T(0));
+        }
+        std::fill(row + plane, row + stride, T(0));
+      }
+    }
+  }
+}
+
+template <typename T>
+void AddBias(at::Tensor& out, const c10::optional<at::Tensor>& bias) {
+  if (!bias.has_value() || !bias->defined()) return;
+  const at::Tensor b = bias->contiguous();
+  const T* bp = b.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  const int64_t n = out.size(0), channels = out.size(1), plane = out.size(2) * out.size(3);
+  at::parallel_for(0, n * channels, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      T* p = op + item * plane;
+      const T value = bp[item % channels];
+      for (int64_t q = 0; q < plane; ++q) p[q] += value;
+    }
+  });
+}
+
+template <typename T>
+void Conv2dInto(const at::Tensor& x, const at::Tensor& weight, at::Tensor& out, const Axis& h,
+                const Axis& w, int64_t groups) {
+  const int64_t n = x.size(0), channels = x.size(1), group_in = weight.size(1);
+  const int64_t group_out = weight.size(0) / groups;
+  const int64_t depth = group_in * h.kernel * w.kernel, plane = h.out * w.out;
+  const int64_t stride = SmallGemmPackedStride(plane, sizeof(T));
+  const T* xp = x.data_ptr<T>();
+  const T* wp = weight.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  at::parallel_for(0, n * groups, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<T> packed;
+    packed.resize(static_cast<size_t>(depth * stride));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / groups, g = item % groups;
+      PackPatches(xp + (b * channels + g * group_in) * h.in * w.in, group_in, h, w,
+                  packed.data(), stride);
+      SmallGemmPacked(group_out, plane, depth, wp + g * group_out * depth, depth, 1,
+                      packed.data(), stride, T(0),
+                      op + (b * weight.size(0) + g * group_out) * plane, plane);
+    }
+  });
+}
+
+// Transposed convolution: per image and group, columns = W_g^T x (one row
+// per output channel and kernel tap, one column per input position), then
+// each column entry added at its output position (col2im).
+template <typename T>
+void ConvTranspose2dInto(const at::Tensor& x, const at::Tensor& weight, at::Tensor& out,
+                         const Axis& h, const Axis& w, int64_t groups) {
+  const int64_t n = x.size(0), channels = x.size(1), group_in = channels / groups;
+  const int64_t group_out = weight.size(1), out_channels = group_out * groups;
+  const int64_t taps = h.kernel * w.kernel, rows = group_out * taps;
+  const int64_t positions = h.in * w.in, out_plane = h.out * w.out;
+  const int64_t stride = SmallGemmPackedStride(positions, sizeof(T));
+  const T* xp = x.data_ptr<T>();
+  const T* wp = weight.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  at::parallel_for(0, n * groups, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<T> packed, columns;
+    packed.resize(static_cast<size_t>(group_in * stride));
+    columns.resize(static_cast<size_t>(rows * positions));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / groups, g = item % groups;
+      const T* xg = xp + (b * channels + g * group_in) * positions;
+      for (int64_t c = 0; c < group_in; ++c) {
+        T* row = packed.data() + c * stride;
+        std::memcpy(row, xg + c * positions, static_cast<size_t>(positions) * sizeof(T));
+        std::fill(row + positions, row + stride, T(0));
+      }
+      // op(A) = W_g^T: element (row r, step c) is W_g[c, r].
+      SmallGemmPacked(rows, positions, group_in, wp + g * group_in * rows, 1, rows,
+                      packed.data(), stride, T(0), columns.data(), positions);
+      T* image = op + (b * out_channels + g * group_out) * out_plane;
+      for (int64_t co = 0; co < group_out; ++co) {
+        T* plane = image + co * out_plane;
+        for (int64_t i = 0; i < h.kernel; ++i) {
+          for (int64_t j = 0; j < w.kernel; ++j) {
+            const T* column = columns.data() + ((co * h.kernel + i) * w.kernel + j) * positions;
+            for (int64_t ih = 0; ih < h.in; ++ih) {
+              const int64_t oh = ih * h.stride - h.padding + i * h.dilation;
+              if (oh < 0 || oh >= h.out) continue;
+              T* target = plane + oh * w.out;
+              const T* source = column + ih * w.in;
+              for (int64_t iw = 0; iw < w.in; ++iw) {
+                const int64_t ow = iw * w.stride - w.padding + j * w.dilation;
+                if (ow >= 0 && ow < w.out) target[ow] += source[iw];
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+int64_t At(at::IntArrayRef values, size_t i, const char* what) {
+  TORCH_CHECK(values.size() == 1 || values.size() == 2, "metafuse convolution: `", what,
+              "` must have 1 or 2 entries, got ", values.size());
+  return values.size() == 1 ? values[0] : values[i];
+}
+
+bool GemmConvolutionsEnabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("METAFUSE_GEMM_CONVOLUTIONS");
+    if (value == nullptr || *value == '\0' || std::string(value) == "1") return true;
+    TORCH_CHECK(std::string(value) == "0", "METAFUSE_GEMM_CONVOLUTIONS must be 0 or 1, got '",
+                value, "'");
+    return false;
+  }();
+  return enabled;
+}
+
+}  // namespace
+
+bool GemmConvolutionApplies(const at::Tensor& input, const at::Tensor& weight,
+                            const c10::optional<at::Tensor>& bias) {
+  const auto type = input.scalar_type();
+  if (!input.defined() || !weight.defined() || !input.is_cpu() || !weight.is_cpu() ||
+      input.dim() != 4 || weight.dim() != 4 || weight.scalar_type() != type ||
+      (type != at::kFloat && type != at::kDouble) || input.is_mkldnn() || input.is_sparse())
+    return false;
+  if (bias.has_value() && bias->defined() &&
+      (!bias->is_cpu() || bias->scalar_type() != type || bias->dim() != 1))
+    return false;
+  // Programs run without autograd; a call that records a graph keeps ATen's.
+  const bool records = at::GradMode::is_enabled() &&
+                       (input.requires_grad() || weight.requires_grad() ||
+                        (bias.has_value() && bias->defined() && bias->requires_grad()));
+  return !records;
+}
+
+bool PreferGemmConvolution(const at::Tensor& weight, int64_t groups, bool transposed) {
+  // Measured in bench/conv_bench.cc: ATen's convolution from NCHW wins on
+  // one wide group (64 channels, 3x3: the GEMMs reach 0.45x-0.7x of it),
+  // and loses badly on few input channels per group (1 channel: 160x), on
+  // groups (LibTorch 1.13 runs them several times slower than one after
+  // another) and on transposed convolutions (1.5x).
+  if (transposed || groups > 1) return true;
+  return weight.size(1) * weight.size(2) * weight.size(3) <= 64;
+}
+
+at::Tensor Conv2dByGemm(const at::Tensor& input, const at::Tensor& weight,
+                        const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                        at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  TORCH_CHECK(groups >= 1 && input.size(1) == weight.size(1) * groups &&
+                  weight.size(0) % groups == 0,
+              "metafuse conv2d: input ", input.sizes(), " and weight ", weight.sizes(),
+              " do not match groups=", groups);
+  Axis axes[2];
+  for (size_t d = 0; d < 2; ++d) {
+    Axis& a = axes[d];
+    a.in = input.size(2 + d);
+    a.kernel = weight.size(2 + d);
+    a.stride = At(stride, d, "stride");
+    a.padding = At(padding, d, "padding");
+    a.dilation = At(dilation, d, "dilation");
+    TORCH_CHECK(a.stride >= 1 && a.dilation >= 1 && a.padding >= 0,
+                "metafuse conv2d: stride and dilation must be >= 1 and padding >= 0");
+    a.out = (a.in + 2 * a.padding - a.dilation * (a.kernel - 1) - 1) / a.stride + 1;
+    TORCH_CHECK(a.out >= 1, "metafuse conv2d: input ", input.sizes(), " is smaller than the ",
+                "dilated kernel ", weight.sizes());
+  }
+  const at::Tensor x = input.contiguous(), wt = weight.contiguous();
+  at::Tensor out = at::empty({x.size(0), wt.size(0), axes[0].out, axes[1].out}, x.options());
+  if (x.scalar_type() == at::kFloat) {
+    Conv2dInto<float>(x, wt, out, axes[0], axes[1], groups);
+    AddBias<float>(out, bias);
+  } else {
+    Conv2dInto<double>(x, wt, out, axes[0], axes[1], groups);
+    AddBias<double>(out, bias);
+  }
+  return out;
+}
+
+at::Tensor ConvTranspose2dByGemm(const at::Tensor& input, const at::Tensor& weight,
+                                 const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                 at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                 int64_t groups, at::IntArrayRef dilation) {
+  TORCH_CHECK(groups >= 1 && input.size(1) == weight.size(0) && weight.size(0) % groups == 0,
+              "metafuse conv_transpose2d: input ", input.sizes(), " and weight ",
+              weight.sizes(), " do not match groups=", groups);
+  Axis axes[2];
+  for (size_t d = 0; d < 2; ++d) {
+    Axis& a = axes[d];
+    a.in = input.size(2 + d);
+    a.kernel = weight.size(2 + d);
+    a.stride = At(stride, d, "stride");
+    a.padding = At(padding, d, "padding");
+    a.dilation = At(dilation, d, "dilation");
+    const int64_t extra = At(output_padding, d, "output_padding");
+    TORCH_CHECK(a.stride >= 1 && a.dilation >= 1 && a.padding >= 0 && extra >= 0,
+                "metafuse conv_transpose2d: stride and dilation must be >= 1, padding and "
+                "output_padding >= 0");
+    a.out = (a.in - 1) * a.stride - 2 * a.padding + a.dilation * (a.kernel - 1) + extra + 1;
+    TORCH_CHECK(a.out >= 1, "metafuse conv_transpose2d: empty output for input ",
+                input.sizes(), " and weight ", weight.sizes());
+  }
+  const at::Tensor x = input.contiguous(), wt = weight.contiguous();
+  at::Tensor out =
+      at::zeros({x.size(0), wt.size(1) * groups, axes[0].out, axes[1].out}, x.options());
+  if (x.scalar_type() == at::kFloat) {
+    ConvTranspose2dInto<float>(x, wt, out, axes[0], axes[1], groups);
+    AddBias<float>(out, bias);
+  } else {
+    ConvTranspose2dInto<double>(x, wt, out, axes[0], axes[1], groups);
+    AddBias<double>(out, bias);
+  }
+  return out;
+}
+
+torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Operation aten) {
+  if (!GemmConvolutionsEnabled()) return aten;
+  const size_t arity = transposed ? 8 : 7;
+  return [transposed, arity, aten](torch::jit::Stack& stack) mutable {
+    auto args = torch::jit::last(stack, arity);
+    const at::Tensor& input = args[0].toTensor();
+    const at::Tensor& weight = args[1].toTensor();
+    const c10::optional<at::Tensor> bias = args[2].toOptional<at::Tensor>();
+    if (!GemmConvolutionApplies(input, weight, bias)) {
+      aten(stack);
+      return;
+    }
+    const int64_t groups = args[transposed ? 6 : 6].toInt();
+    if (!PreferGemmConvolution(weight, groups, transposed)) {
+      aten(stack);
+      return;
+    }
+    const std::vector<int64_t> stride = args[3].toIntVector();
+    const std::vector<int64_t> padding = args[4].toIntVector();
+    at::Tensor out;
+    if (transposed) {
+      out = ConvTranspose2dByGemm(input, weight, bias, stride, padding, args[5].toIntVector(),
+                                  groups, args[7].toIntVector());
+    } else {
+      out = Conv2dByGemm(input, weight, bias, stride, padding, args[5].toIntVector(), groups);
+    }
+    torch::jit::drop(stack, arity);
+    stack.emplace_back(std::move(out));
+  };
+}
+
+}  // namespace metafuse::runtime

@@ -1,0 +1,47 @@
+// 2-D convolutions of compiled programs on the CPU as one small GEMM per
+// image and group (runtime/small_gemm.h), with the image patches written
+// straight into the GEMM's packed layout (no separate im2col matrix).
+//
+// Why: LibTorch 1.13's CPU convolution runs a one-channel input layer (the
+// first layer of an image net) below 1 GFLOP/s on this machine (75 images
+// of 28x28 to 64 channels: 119 ms, as GEMMs 0.7 ms), grouped convolutions
+// (task batching's) several times slower than their groups one by one, and
+// transposed convolutions (input gradients) 1.5x slower than a GEMM and a
+// col2im scatter (bench/conv_bench.cc, docs/benchmarks.md).
+//
+// Programs call these through MakeConvolutionOperation for aten::conv2d and
+// aten::conv_transpose2d.input; anything they do not cover (not CPU, not
+// float32/float64, not 4-D, mixed dtypes) goes to ATen's operator.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/stack.h>
+
+namespace metafuse::runtime {
+
+// True when the GEMM convolutions below compute this call.
+bool GemmConvolutionApplies(const at::Tensor& input, const at::Tensor& weight,
+                            const c10::optional<at::Tensor>& bias);
+
+// True where the GEMM convolution is the faster one (a rule from the
+// measurements of bench/conv_bench.cc, by weight shape and groups).
+bool PreferGemmConvolution(const at::Tensor& weight, int64_t groups, bool transposed);
+
+// aten::conv2d's result (NCHW, contiguous).
+at::Tensor Conv2dByGemm(const at::Tensor& input, const at::Tensor& weight,
+                        const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                        at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups);
+
+// aten::conv_transpose2d's result (NCHW, contiguous).
+at::Tensor ConvTranspose2dByGemm(const at::Tensor& input, const at::Tensor& weight,
+                                 const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                 at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                 int64_t groups, at::IntArrayRef dilation);
+
+// The operation of an aten::conv2d (transposed: aten::conv_transpose2d.input)
+// instruction: the GEMM convolution where it applies and is preferred,
+// `aten` otherwise.
+// METAFUSE_GEMM_CONVOLUTIONS=0 always takes `aten`.
+torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Operation aten);
+
+}  // namespace metafuse::runtime
