@@ -164,6 +164,22 @@ int64_t At(at::IntArrayRef values, size_t i, const char* what) {
   return values.size() == 1 ? values[0] : values[i];
 }
 
+// Spatial dimension d (0: height, 1: width) of a convolution, all but its
+// output size, which differs between a convolution and its transpose.
+Axis SpatialAxis(const at::Tensor& input, const at::Tensor& weight, size_t d,
+                 at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                 const char* op) {
+  Axis a;
+  a.in = input.size(2 + d);
+  a.kernel = weight.size(2 + d);
+  a.stride = At(stride, d, "stride");
+  a.padding = At(padding, d, "padding");
+  a.dilation = At(dilation, d, "dilation");
+  TORCH_CHECK(a.stride >= 1 && a.dilation >= 1 && a.padding >= 0, "metafuse ", op,
+              ": stride and dilation must be >= 1 and padding >= 0");
+  return a;
+}
+
 bool GemmConvolutionsEnabled() {
   static const bool enabled = [] {
     const char* value = std::getenv("METAFUSE_GEMM_CONVOLUTIONS");
@@ -213,14 +229,7 @@ at::Tensor Conv2dByGemm(const at::Tensor& input, const at::Tensor& weight,
               " do not match groups=", groups);
   Axis axes[2];
   for (size_t d = 0; d < 2; ++d) {
-    Axis& a = axes[d];
-    a.in = input.size(2 + d);
-    a.kernel = weight.size(2 + d);
-    a.stride = At(stride, d, "stride");
-    a.padding = At(padding, d, "padding");
-    a.dilation = At(dilation, d, "dilation");
-    TORCH_CHECK(a.stride >= 1 && a.dilation >= 1 && a.padding >= 0,
-                "metafuse conv2d: stride and dilation must be >= 1 and padding >= 0");
+    Axis& a = axes[d] = SpatialAxis(input, weight, d, stride, padding, dilation, "conv2d");
     a.out = (a.in + 2 * a.padding - a.dilation * (a.kernel - 1) - 1) / a.stride + 1;
     TORCH_CHECK(a.out >= 1, "metafuse conv2d: input ", input.sizes(), " is smaller than the ",
                 "dilated kernel ", weight.sizes());
@@ -246,16 +255,10 @@ at::Tensor ConvTranspose2dByGemm(const at::Tensor& input, const at::Tensor& weig
               weight.sizes(), " do not match groups=", groups);
   Axis axes[2];
   for (size_t d = 0; d < 2; ++d) {
-    Axis& a = axes[d];
-    a.in = input.size(2 + d);
-    a.kernel = weight.size(2 + d);
-    a.stride = At(stride, d, "stride");
-    a.padding = At(padding, d, "padding");
-    a.dilation = At(dilation, d, "dilation");
+    Axis& a = axes[d] =
+        SpatialAxis(input, weight, d, stride, padding, dilation, "conv_transpose2d");
     const int64_t extra = At(output_padding, d, "output_padding");
-    TORCH_CHECK(a.stride >= 1 && a.dilation >= 1 && a.padding >= 0 && extra >= 0,
-                "metafuse conv_transpose2d: stride and dilation must be >= 1, padding and "
-                "output_padding >= 0");
+    TORCH_CHECK(extra >= 0, "metafuse conv_transpose2d: output_padding must be >= 0");
     a.out = (a.in - 1) * a.stride - 2 * a.padding + a.dilation * (a.kernel - 1) + extra + 1;
     TORCH_CHECK(a.out >= 1, "metafuse conv_transpose2d: empty output for input ",
                 input.sizes(), " and weight ", weight.sizes());
