@@ -28,8 +28,8 @@ LibTorch 1.13 runs several times slower than one convolution per task
 (docs/sweep.md). Where the batched program has grouped convolutions, the
 first call with a set of shapes times it against the same function compiled
 for one task and run task after task, and keeps the faster
-(``strategies()`` reports both times; METAFUSE_VMAP_STRATEGY=batched|tasks
-overrides the measurement).
+(``strategies()`` reports both times, each a call and its backward;
+METAFUSE_VMAP_STRATEGY=batched|tasks overrides the measurement).
 """
 
 import numbers
@@ -109,11 +109,14 @@ class BatchedFunction:
         self._programs = {}  # (in_dims, args that require grad) -> CompiledFunction
         self._loop_reason = None  # why functorch could not batch fn, once known
         self._strategies = {}  # (program key, shapes) -> the cost check's record
+        self._task_programs = {}  # program key -> CompiledFunction of fn for one task
 
     @property
     def compile_count(self):
-        """How many guards were compiled (each a new trace and compile)."""
-        return sum(f.compile_count for f in self._programs.values())
+        """How many guards were compiled (each a new trace and compile), for
+        the meta-batch and for one task."""
+        return sum(f.compile_count for f in
+                   list(self._programs.values()) + list(self._task_programs.values()))
 
     def _dims_per_argument(self, args):
         if isinstance(self.in_dims, tuple):
@@ -156,41 +159,61 @@ class BatchedFunction:
         if size == 1 or setting == "batched":
             return self._program_for(args, dims)(*args)
         if setting == "tasks":
-            return self._in_chunks(args, dims, size, 1)
+            return self._task_loop(args, dims)
         key = (self._program_key(args, dims), tuple(
             (tuple(t.shape), t.dtype, t.device) for arg in args for t in _tree.leaves(arg)
             if isinstance(t, torch.Tensor)))
         record = self._strategies.get(key)
         if record is not None:
             if record["strategy"] == "tasks":
-                return self._in_chunks(args, dims, size, 1)
+                return self._task_loop(args, dims)
             return self._program_for(args, dims)(*args)
         return self._choose_strategy(key, args, dims, size)
 
     def _choose_strategy(self, key, args, dims, size):
         """The first call with these shapes: the batched program, and where
-        it has grouped convolutions also the task loop, each run once to
-        compile and once timed; the faster's result is returned."""
+        it has grouped convolutions also the task loop, each run with its
+        backward once to compile and once timed; the faster's result is
+        returned."""
         batched = self._program_for(args, dims)
         out = batched(*args)
         if not _has_grouped_convolutions(batched, args):
             self._strategies[key] = {"strategy": "batched", "reason": "no grouped convolution"}
             return out
         del out
+        inputs = [t for arg in args for t in _tree.leaves(arg)
+                  if isinstance(t, torch.Tensor) and t.requires_grad]
 
-        def timed(run):
-            start = time.perf_counter()
-            result = run()
-            return time.perf_counter() - start, result
+        def seconds(run):
+            """One call and its backward (gradients discarded, nothing
+            accumulated), after an untimed one that compiles."""
+            for _ in range(2):
+                start = time.perf_counter()
+                outputs = [t for t in _tree.leaves(run())
+                           if isinstance(t, torch.Tensor) and t.requires_grad]
+                if outputs and inputs:
+                    torch.autograd.grad(outputs, inputs, [torch.ones_like(t) for t in outputs],
+                                        allow_unused=True)
+                elapsed = time.perf_counter() - start
+            return elapsed
 
-        batched_s, batched_out = timed(lambda: batched(*args))
-        self._in_chunks(args, dims, size, 1)  # compiles the one-task program
-        tasks_s, tasks_out = timed(lambda: self._in_chunks(args, dims, size, 1))
+        batched_s = seconds(lambda: batched(*args))
+        tasks_s = seconds(lambda: self._task_loop(args, dims))
         strategy = "tasks" if tasks_s * _TASKS_MARGIN < batched_s else "batched"
         self._strategies[key] = {
             "strategy": strategy, "reason": "grouped convolutions, timed",
             "batched_s": batched_s, "tasks_s": tasks_s, "tasks": size}
-        return tasks_out if strategy == "tasks" else batched_out
+        return self._task_loop(args, dims) if strategy == "tasks" else batched(*args)
+
+    def _task_loop(self, args, dims):
+        """``fn`` compiled for one task (metafuse.compile), run task after
+        task; outputs stacked."""
+        key = self._program_key(args, dims)
+        compiled = self._task_programs.get(key)
+        if compiled is None:
+            compiled = CompiledFunction(self.fn, key[2], closure_owner=self._closure_owner)
+            self._task_programs[key] = compiled
+        return self._each_task(compiled, args, dims)
 
     def strategies(self):
         """What the cost check chose per set of argument shapes: a list of
@@ -246,12 +269,17 @@ class BatchedFunction:
             warnings.warn(f"metafuse.vmap: functorch cannot batch {self._subject()} "
                           f"({self._loop_reason}); running it as a loop over the tasks",
                           CompilationFallbackWarning, stacklevel=4)
+        return self._each_task(self.fn, args, dims)
+
+    def _each_task(self, fn, args, dims):
+        """``fn`` on each task's slice of the mapped arguments, outputs
+        stacked along out_dims."""
         size = self._batch_size(args, dims)
         results = []
         for t in range(size):
             task_args = [arg if d is None else _tree.map(lambda x, d=d: x.select(d, t), arg)
                          for arg, d in zip(args, dims)]
-            results.append(self.fn(*task_args))
+            results.append(fn(*task_args))
         return self._stack(results)
 
     def _out_dims(self, count):
