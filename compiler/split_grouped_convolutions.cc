@@ -1,6 +1,7 @@
 #include "compiler/split_grouped_convolutions.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/Parallel.h>
 #include <ATen/TracerMode.h>
 #include <torch/csrc/jit/ir/constants.h>

@@ -57,7 +57,9 @@ absl::StatusOr<CUstream> CurrentCudaStream(c10::Device device) {
         absl::StrCat("CurrentCudaStream: expected a CUDA device, got ", device.str()));
   }
 #ifdef METAFUSE_C10_CUDA_STREAM
-  return static_cast<CUstream>(c10::cuda::getCurrentCUDAStream(device.index()).stream());
+  // cudaStream_t points to CUDA's own CUstream_st; ours (cuda_driver.h) is
+  // an opaque type of the same driver object, so the pointer is re-typed.
+  return reinterpret_cast<CUstream>(c10::cuda::getCurrentCUDAStream(device.index()).stream());
 #else
   // A torch without CUDA queues no work on the device to order against: the
   // legacy default stream serves (the driver-level tests run this way).

@@ -1,5 +1,6 @@
 // Stateless transforms, momentum and the combinators.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>

@@ -1,6 +1,7 @@
 #include "metafuse/optim/gradient_transformation.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include <sstream>
