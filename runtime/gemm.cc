@@ -131,10 +131,14 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
       return;
     }
     if (PreferSmallGemm(m, n, k)) {
-      // The tasks of a batched product split over ATen's threads, in
-      // chunks of at least ~64k multiply-adds (below that a fork-join
-      // costs more than it saves).
-      const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, m * n * k));
+      // The tasks of a batched product split over ATen's threads when the
+      // product has at least ~1M multiply-adds, in chunks of at least
+      // ~256k: below that a fork-join costs more than it saves (the
+      // sinusoid's 25 x 10x40x40 products ran slower at 2 threads split).
+      const int64_t work = std::max<int64_t>(1, m * n * k);
+      const int64_t grain = batch * work < (int64_t{1} << 20)
+                                ? batch
+                                : std::max<int64_t>(1, (int64_t{1} << 18) / work);
       at::parallel_for(0, batch, grain, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
           if (a.scalar_type() == at::kFloat) {
