@@ -219,8 +219,8 @@ class BatchedFunction:
         """What the cost check chose per set of argument shapes: a list of
         dicts with ``strategy`` ('batched': one program for the meta-batch;
         'tasks': the one-task program, task after task), ``reason`` and,
-        where both were timed, ``batched_s`` and ``tasks_s`` (one call's
-        forward seconds each)."""
+        where both were timed, ``batched_s`` and ``tasks_s`` (seconds of one
+        call and its backward, each)."""
         return [dict(record) for record in self._strategies.values()]
 
     def _program_key(self, args, dims):
