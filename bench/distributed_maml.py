@@ -27,8 +27,8 @@ measured per-task and per-message costs:
     T(W) = (n / W) * t_task + W * t_msg + n * t_reduce
 
 (t_task: seconds per task on one worker; t_msg: one RPC round trip with the
-parameters and one task's data; t_reduce: the caller's per-task share of
-gathering losses and gradients and summing them.) Assumptions: every worker
+parameters and one task's data; t_reduce: the per-task share of summing the
+gradients: block sums on the workers, the caller's total of the blocks.) Assumptions: every worker
 has its own core (or GPU) running tasks at the measured t_task, the caller
 issues its W messages one after another over TensorPipe as here (same
 host; across hosts t_msg grows with the network), and tasks are equal.
@@ -54,6 +54,8 @@ import torch.nn.functional as F
 
 import metafuse as mf  # noqa: E402
 import metafuse.distributed as todist  # noqa: E402
+from metafuse.distributed.scheduler import _assemble_blocks  # noqa: E402
+from metafuse.distributed.task_runner import block_sums  # noqa: E402
 
 # The example's model, tasks and compiled task (one definition of each).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
@@ -119,6 +121,17 @@ def _load():
         return float(f.read().split()[0])
 
 
+def _block_reduce(grads):
+    """What the workers and the caller do to the per-task gradients (the
+    leaves flattened, [tasks, parameters]) in a 2-worker __call__: block
+    sums per half, then the caller's total."""
+    n = grads.shape[0]
+    block = max(1, -(-n // 32))
+    parts = [(None, 0, n // 2), (None, n // 2, n)]
+    rows = torch.cat([block_sums(grads[a:b], a, block, n) for _, a, b in parts])
+    return _assemble_blocks(rows, parts, block, n)
+
+
 def run_world(tasks, steps, idiom):
     """Rank 0 measures; rank 1 serves RPCs. Returns the measurements."""
     if todist.get_world_rank() != 0:
@@ -168,9 +181,8 @@ def run_world(tasks, steps, idiom):
     task_slice = [b[:1].contiguous() for b in batch]
     rtt = statistics.median(_timed(lambda: rpc.rpc_sync(
         "worker1", _echo, args=(*leaves, *task_slice))) for _ in range(50))
-    grads = [torch.randn(tasks, *p.shape) for p in leaves]
-    weights = torch.ones(tasks)
-    reduce_s = statistics.median(_timed(lambda: [torch.tensordot(weights, torch.cat([g[:tasks // 2], g[tasks // 2:]]), dims=1) for g in grads]) for _ in range(20))
+    grads = torch.randn(tasks, sum(p.numel() for p in leaves))  # the leaves, flat
+    reduce_s = statistics.median(_timed(lambda: _block_reduce(grads)) for _ in range(20))
     return {"tasks": tasks, "steps": steps, "first_call_s": first, "median_s": medians,
             "times_s": times, "load": load, "cpu_available": available,
             "cpu_s": {name: [statistics.median(c[r] for c in cpu[name]) for r in (0, 1)]
@@ -185,7 +197,9 @@ def run_world(tasks, steps, idiom):
             "artifact_bytes": {"per task": len(schedulers["per task, 2 workers"]._payload[2]),
                                **{f"batched, {k} tasks": len(v) for k, v in
                                   schedulers["batched, 2 workers"]._artifacts.items()}},
-            "answer_bytes_per_task": 4 * (1 + sum(p.numel() for p in leaves))}
+            "answer_bytes_per_task": 4 * (1 + sum(p.numel() for p in leaves)),
+            "gradient_rows": {name: s.last_gradient_rows for name, s in schedulers.items()
+                              if "2 workers" in name}}
 
 
 def project(result, workers):

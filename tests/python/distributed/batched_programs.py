@@ -31,6 +31,13 @@ def _meta_gradient(scheduler, params, batch, reduction_sum=False):
     return [p.grad.clone() for p in params.values()], losses.detach()
 
 
+def _reduced_meta_gradient(scheduler, params, batch):
+    for p in params.values():
+        p.grad = None
+    scheduler(params, *batch).backward()
+    return [p.grad.clone() for p in params.values()]
+
+
 def batched_world():
     """World of 2; rank 0 checks and returns the observations."""
     if todist.get_world_rank() != 0:
@@ -38,7 +45,7 @@ def batched_world():
     out = {}
     ref, ref_losses = reference_meta_gradient()
     params, batch = meta_params(), task_batch()
-    grads = {}
+    grads, reduced = {}, {}
     partitions = {"equal": (None, None), "remote only": ([1], None), "local only": ([0], None),
                   "4 + 2": (None, {0: 1.0, 1: 2.0}), "1 + 5": (None, {0: 5.0, 1: 1.0})}
     for name, (workers, costs) in partitions.items():
@@ -50,14 +57,32 @@ def batched_world():
         out[f"partition {name}"] = [b - a for _, a, b in scheduler.last_partition]
         out[f"error {name}"] = relative_error(grads[name], ref)
         out[f"losses error {name}"] = float((losses - ref_losses).abs().max())
+        # __call__ with blocks of 4 tasks: [0, 4) and [4, 6), split or not.
+        blocked = todist.TaskScheduler(compiled_task_loss, workers=workers, batched=True,
+                                       balance=costs is not None, block=4)
+        if costs is not None:
+            blocked._costs = dict(costs)
+        reduced[name] = _reduced_meta_gradient(blocked, params, batch)
+        out[f"reduced error {name}"] = relative_error(reduced[name], ref)
+        out[f"reduced rows {name}"] = sorted(blocked.last_gradient_rows.values())
     out["same bits"] = {name: all(torch.equal(a, b) for a, b in zip(grads["equal"], g))
                         for name, g in grads.items()}
+    out["reduced same bits"] = {name: all(torch.equal(a, b)
+                                          for a, b in zip(reduced["equal"], g))
+                                for name, g in reduced.items()}
     # Per-task mode on the same tasks, for comparison.
     per_task = todist.TaskScheduler(compiled_task_loss)
     out["per-task error"] = relative_error(_meta_gradient(per_task, params, batch)[0], ref)
-    # Three meta-steps (batched mode keeps equal shares by default): programs
-    # shipped and loaded once per worker.
-    scheduler = todist.TaskScheduler(compiled_task_loss, batched=True)
+    blocked = todist.TaskScheduler(compiled_task_loss, block=4)
+    out["per-task reduced error"] = relative_error(
+        _reduced_meta_gradient(blocked, params, batch), ref)
+    remote = todist.TaskScheduler(compiled_task_loss, workers=[1], block=4)
+    out["per-task reduced same bits"] = all(
+        torch.equal(a, b) for a, b in zip(_reduced_meta_gradient(blocked, params, batch),
+                                          _reduced_meta_gradient(remote, params, batch)))
+    # Three meta-steps with equal shares: programs shipped and loaded once
+    # per worker.
+    scheduler = todist.TaskScheduler(compiled_task_loss, batched=True, balance=False)
     seen = []
     for _ in range(3):
         step, _ = _meta_gradient(scheduler, params, batch, reduction_sum=True)

@@ -29,6 +29,29 @@ def test_meta_gradient_is_the_same_bits_whatever_the_partition(seen):
     assert seen["same bits"] == {name: True for name in PARTITIONS}
 
 
+# Gradient rows each worker sends with blocks of 4 tasks ([0, 4), [4, 6)).
+REDUCED_ROWS = {"equal": [2, 3], "remote only": [2], "local only": [2], "4 + 2": [1, 1],
+                "1 + 5": [1, 4]}
+
+
+@pytest.mark.parametrize("name", sorted(PARTITIONS))
+def test_the_reduced_call_sends_block_sums_and_is_exact(seen, name):
+    assert seen[f"reduced error {name}"] < 1e-12
+    assert seen[f"reduced rows {name}"] == REDUCED_ROWS[name]
+
+
+def test_block_sums_are_the_same_bits_whatever_the_partition(seen):
+    assert seen["reduced same bits"] == {name: True for name in PARTITIONS}
+    assert seen["per-task reduced error"] < 1e-12
+    assert seen["per-task reduced same bits"]
+
+
+def test_block_must_be_a_positive_int():
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="`block` must be a positive int"):
+            todist.TaskScheduler(print, block=bad)
+
+
 def test_per_task_mode_is_kept(seen):
     assert seen["per-task error"] < 1e-12
 

@@ -17,12 +17,13 @@ PRINT_WORLD = ("import os; print(' '.join(os.environ[k] for k in ('RANK', 'LOCAL
                "'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR')), flush=True)")
 
 
-def test_launch_sets_torchrun_s_variables(tmp_path):
-    out = tmp_path / "out.txt"
-    code = launch(["/bin/sh", "-c", f"{sys.executable} -c \"{PRINT_WORLD}\" >> {out}"], 2,
-                  timeout=60)
-    assert code == 0
-    assert sorted(out.read_text().split("\n")[:2]) == ["0 0 2 2 127.0.0.1", "1 1 2 2 127.0.0.1"]
+def test_launch_sets_torchrun_s_variables(tmp_path, capsys):
+    # One file per rank: what each process saw, whatever the order they ran.
+    code = launch(["/bin/sh", "-c", f"{sys.executable} -c \"{PRINT_WORLD}\" "
+                   f"> {tmp_path}/rank$RANK.txt 2>&1"], 2, timeout=60)
+    seen = {p.name: p.read_text() for p in sorted(tmp_path.iterdir())}
+    assert code == 0, (seen, capsys.readouterr().err)
+    assert seen == {"rank0.txt": "0 0 2 2 127.0.0.1\n", "rank1.txt": "1 1 2 2 127.0.0.1\n"}
 
 
 def test_a_failing_process_stops_the_others(capsys):

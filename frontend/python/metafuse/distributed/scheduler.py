@@ -12,11 +12,15 @@ as its AOT artifact's bytes, loaded there without tracing or compiling, or
 an importable function by reference) and the parameters' structure; then,
 once per meta-step, one RPC per worker with the parameters' tensors and
 that worker's contiguous slice of the task batch, answered by its tasks'
-losses and per-task gradients. The caller's autograd node sums the
-per-task gradients in task order (weighted by the incoming gradient), so
-the meta-gradient is the same bits whatever the partition, and a plain
-``loss.backward()`` reaches the meta-parameters: no distributed-autograd
-context is needed.
+losses and gradients. ``task_losses`` gets per-task gradients and its
+autograd node weights them by the incoming gradient; ``__call__`` (a mean
+or sum, every task weighted alike) gets block sums instead: the meta-batch
+is cut into fixed blocks of tasks (``block`` tasks each; default a 32nd of
+the meta-batch) and a worker answers with one row per block it holds whole,
+so 200 tasks' gradients travel as about 16 rows. Either way every sum is
+taken in an order fixed by the task indices alone, so the meta-gradient is
+the same bits whatever the partition, and a plain ``loss.backward()``
+reaches the meta-parameters: no distributed-autograd context is needed.
 
 Batched mode (``batched=True``): each worker's share runs as ONE program,
 the task ``metafuse.vmap``ped over its parameters and data, compiled here
@@ -26,9 +30,13 @@ worker, so the program's gradient is per task and the caller's sum order is
 the same as in per-task mode.
 
 Balancing: each worker's measured seconds per task (a running average)
-sets its share of the next meta-batch (in batched mode, where a new share
-size is a new program, only with ``balance=True`` and when the predicted
-step is 10% shorter). Failures: a worker that does not
+sets its share of the next meta-batch. What is measured is what the caller
+waits for: for a remote worker, from sending its request to holding its
+answer (RPC, transfers and its queue included), for the caller's own share
+its run. In batched mode, where a new share size is a new program to
+compile and ship (about a second here), shares stay equal unless
+``balance=True``, and then change only when the predicted step is 10%
+shorter (``sticky_sizes``), never on a program's first run. Failures: a worker that does not
 answer within ``timeout`` or whose process is gone raises WorkerError
 naming it; an exception inside a task arrives with the worker's
 traceback. ``remove_worker`` lets the caller go on with the others.
@@ -37,6 +45,7 @@ traceback. ``remove_worker`` lets the caller go on with the others.
 import itertools
 import os
 import tempfile
+import time
 
 import torch
 import torch.distributed.rpc as rpc
@@ -138,6 +147,51 @@ class _RemoteTasks(torch.autograd.Function):
         return (None, None, *weighted)
 
 
+class _ReducedRemoteTasks(torch.autograd.Function):
+    """One node for a reduced meta-batch: forward = the mean or sum of the
+    workers' losses, backward = the block-summed gradient, scaled."""
+
+    @staticmethod
+    def forward(ctx, scheduler, batch, *param_leaves):
+        want = any(t.requires_grad for t in param_leaves) and scheduler._grad_mode
+        count = batch[0].shape[0]
+        losses, totals = scheduler._dispatch([t.detach() for t in param_leaves], batch, want,
+                                             block=scheduler._block_size(count))
+        ctx.save_for_backward(*totals)
+        ctx.leaf_count = len(param_leaves)
+        ctx.scale = 1.0 / count if scheduler.reduction == "mean" else 1.0
+        return losses.mean() if scheduler.reduction == "mean" else losses.sum()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_loss):
+        totals = ctx.saved_tensors
+        if not totals:
+            return (None, None) + (None,) * ctx.leaf_count
+        return (None, None, *(t * (grad_loss.to(t.dtype) * ctx.scale) for t in totals))
+
+
+def _assemble_blocks(rows, parts, block, count):
+    """The workers' gradient rows of one leaf, in task order -> the
+    meta-batch's total: blocks split between workers summed from their task
+    rows as a worker sums a whole one, then every block sum added pairwise
+    (task_runner.block_sums; the order is fixed by the task indices)."""
+    sums, pending, offset = [], [], 0
+    for _, start, end in parts:
+        for first, last, whole in task_runner.block_segments(start, end, block, count):
+            if whole:
+                sums.append(rows[offset])
+                offset += 1
+                continue
+            pending.append(rows[offset:offset + last - first])
+            offset += last - first
+            block_start = first - first % block
+            if last == min(block_start + block, count):  # the block's last task
+                sums.append(task_runner.pairwise_rows_sum(torch.cat(pending).unsqueeze(0))[0])
+                pending = []
+    return task_runner.pairwise_rows_sum(torch.stack(sums).unsqueeze(0))[0]
+
+
 class TaskScheduler:
     """Runs a meta-batch of tasks on RPC workers (see the module docstring).
 
@@ -153,17 +207,25 @@ class TaskScheduler:
             METAFUSE_RPC_TIMEOUT).
         balance: re-split by measured cost after every meta-step (else equal
             shares). Default: True per task, False batched (there a new
-            share size is a new program to compile; with True it re-splits
-            only for a 10% shorter predicted step).
+            share size is a new program to compile, and the measured costs
+            vary more than a re-split gains: on the benchmark it moved the
+            split every few steps; with True it re-splits only for a 10%
+            shorter predicted step).
         batched: run each worker's share as one batched program (a
             ``metafuse.vmap`` of the task, see the module docstring); the
             task must compile with ``metafuse.compile`` (a plain function or
             a ``metafuse.compile`` result), or the first call raises.
+        block: tasks per gradient block of ``__call__`` (a positive int;
+            default: a 32nd of the meta-batch, rounded up). Any value gives
+            the same meta-gradient whatever the partition; larger blocks,
+            smaller answers.
 
     Attributes:
         last_partition: [(worker name, first task, end)] of the last step.
         last_seconds: {worker name: seconds its share took} in the last
             step, measured where it ran (RPC and waiting excluded).
+        last_gradient_rows: {worker name: gradient rows it sent per leaf}
+            in the last step (its task count, or its blocks for ``__call__``).
 
     Raises:
         TypeError: ``task`` is not callable.
@@ -172,11 +234,15 @@ class TaskScheduler:
     """
 
     def __init__(self, task, workers=None, *, reduction="mean", timeout=None, balance=None,
-                 batched=False):
+                 batched=False, block=None):
         if not callable(task):
             raise TypeError(f"TaskScheduler: `task` must be callable, got {task!r}")
         if not isinstance(batched, bool):
             raise TypeError(f"TaskScheduler: `batched` must be a bool, got {batched!r}")
+        if block is not None and (isinstance(block, bool) or not isinstance(block, int)
+                                  or block < 1):
+            raise ValueError(f"TaskScheduler: `block` must be a positive int (tasks per "
+                             f"gradient block), got {block!r}")
         if reduction not in ("mean", "sum"):
             raise ValueError(f"TaskScheduler: `reduction` must be 'mean' or 'sum', got "
                              f"{reduction!r}")
@@ -190,7 +256,7 @@ class TaskScheduler:
                        for w in workers])
         if not infos:
             raise ValueError("TaskScheduler: `workers` must name at least one worker")
-        self.task, self.reduction, self.batched = task, reduction, batched
+        self.task, self.reduction, self.batched, self.block = task, reduction, batched, block
         self.balance = (not batched) if balance is None else bool(balance)
         self.timeout = default_timeout() if timeout is None else float(timeout)
         self._me = me
@@ -203,10 +269,12 @@ class TaskScheduler:
         self._artifacts = {}  # batched mode: share size -> artifact bytes (this guard)
         self._sizes_sent = {}  # batched mode: worker id -> sizes it has loaded
         self._sizes = None  # batched mode: (count, worker ids, sizes) of the last split
+        self._sizes_run = set()  # batched mode: (worker id, share size) run at least once
         self._spec = None  # the parameters' TreeSpec of the current call
         self._grad_mode = True
         self.last_partition = []
         self.last_seconds = {}
+        self.last_gradient_rows = {}
 
     @staticmethod
     def _info(rank):
@@ -242,9 +310,12 @@ class TaskScheduler:
 
     def __call__(self, params, *task_batch):
         """The reduced (mean or sum) loss of the tasks; differentiable with
-        respect to ``params``' tensors."""
-        losses = self.task_losses(params, *task_batch)
-        return losses.mean() if self.reduction == "mean" else losses.sum()
+        respect to ``params``' tensors (workers answer with block sums)."""
+        leaves = self._prepare(params, task_batch)
+        return _ReducedRemoteTasks.apply(self, task_batch, *leaves)
+
+    def _block_size(self, count):
+        return self.block if self.block is not None else max(1, -(-count // 32))
 
     def task_losses(self, params, *task_batch):
         """Each task's loss, in task order ([number of tasks]); differentiable
@@ -259,6 +330,12 @@ class TaskScheduler:
             ValueError: the task batch is empty or its sizes disagree.
             WorkerError: a worker timed out or died (named).
         """
+        leaves = self._prepare(params, task_batch)
+        return _RemoteTasks.apply(self, task_batch, *leaves)
+
+    def _prepare(self, params, task_batch):
+        """Checks the arguments, registers the task where needed; the
+        parameters' leaves."""
         leaves, spec = _tree.flatten(params)
         if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
             raise TypeError("TaskScheduler: `params` must be a pytree of tensors")
@@ -272,7 +349,7 @@ class TaskScheduler:
         self._ensure_registered(params, leaves, task_batch)
         self._grad_mode = torch.is_grad_enabled()
         self._spec = spec
-        return _RemoteTasks.apply(self, task_batch, *leaves)
+        return leaves
 
     def _guard(self, leaves, task_batch):
         return tuple((tuple(t.shape), t.dtype) for t in leaves) + tuple(
@@ -290,6 +367,7 @@ class TaskScheduler:
             for w in pending:
                 self._registered[w.id] = (self._key, guard)
                 self._sizes_sent[w.id] = set()
+                self._sizes_run = {seen for seen in self._sizes_run if seen[0] != w.id}
             return
         if self._payload is None or self._payload[0] != guard:
             self._payload = (guard, *self._make_payload(params, task_batch))
@@ -362,7 +440,9 @@ class TaskScheduler:
             start += size
         return bounds
 
-    def _dispatch(self, param_leaves, task_batch, want_grads):
+    def _dispatch(self, param_leaves, task_batch, want_grads, block=None):
+        """Runs the meta-batch; (losses, per-task gradients per leaf), or
+        with ``block`` (losses, each leaf's total gradient)."""
         count = task_batch[0].shape[0]
         parts = [p for p in self._split(count) if p[2] > p[1]]
         self.last_partition = [(w.name, a, b) for w, a, b in parts]
@@ -371,22 +451,45 @@ class TaskScheduler:
             self._ship_batched(param_leaves, task_batch, parts)
         slices = {w.id: [t[a:b].contiguous() for t in task_batch] for w, a, b in parts}
         remote = [p for p in parts if p[0].id != self._me.id]
-        futures = [rpc.rpc_async(w.id, run,
-                                 args=(self._key, param_leaves, slices[w.id], want_grads),
-                                 timeout=self.timeout) for w, _, _ in remote]
+        blocks = {w.id: None if block is None else (a, block, count) for w, a, _ in parts}
+        waited = {}  # worker id -> seconds from its request to its answer
+        futures = []
+        for w, _, _ in remote:
+            sent = time.perf_counter()
+            future = rpc.rpc_async(w.id, run, args=(self._key, param_leaves, slices[w.id],
+                                                    want_grads, blocks[w.id]),
+                                   timeout=self.timeout)
+            future.add_done_callback(
+                lambda _, i=w.id, t=sent: waited.setdefault(i, time.perf_counter() - t))
+            futures.append(future)
         gathered = gather_futures(futures, [(w.name, w.id) for w, _, _ in remote])
         results = {}
         local = [p for p in parts if p[0].id == self._me.id]
         for w, _, _ in local:  # this worker's share runs here while the others work
-            results[w.id] = run(self._key, param_leaves, slices[w.id], want_grads)
+            results[w.id] = run(self._key, param_leaves, slices[w.id], want_grads, blocks[w.id])
         for (w, _, _), value in zip(remote, gathered.wait()):
             results[w.id] = value
         self.last_seconds = {w.name: results[w.id][2] for w, _, _ in parts}
         for w, a, b in parts:
-            seconds = results[w.id][2] / (b - a)
+            if self.batched and (w.id, b - a) not in self._sizes_run:
+                # A program's first run (loading, first page faults) says
+                # little of its later ones: it would move the split again.
+                self._sizes_run.add((w.id, b - a))
+                continue
+            seconds = waited.get(w.id, results[w.id][2]) / (b - a)
             old = self._costs.get(w.id)
             self._costs[w.id] = seconds if old is None else 0.5 * old + 0.5 * seconds
+        self.last_gradient_rows = {w.name: (results[w.id][1][0].shape[0] if want_grads else 0)
+                                   for w, _, _ in parts}
         losses = torch.cat([results[w.id][0] for w, _, _ in parts])
-        grads = ([torch.cat([results[w.id][1][i] for w, _, _ in parts])
-                  for i in range(len(param_leaves))] if want_grads else [])
+        if not want_grads:
+            return losses, []
+        if block is not None:  # one flat row per block: the leaves concatenated
+            total = _assemble_blocks(torch.cat([results[w.id][1][0] for w, _, _ in parts]),
+                                     parts, block, count)
+            sizes = [t.numel() for t in param_leaves]
+            return losses, [g.view(t.shape).to(t.dtype)
+                            for g, t in zip(total.split(sizes), param_leaves)]
+        grads = [torch.cat([results[w.id][1][i] for w, _, _ in parts])
+                 for i in range(len(param_leaves))]
         return losses, grads

@@ -9,10 +9,16 @@ Two kinds of registered task:
   its parameters and data (each with a leading task dimension) saved with
   ``metafuse.aot`` and loaded here once; the slice runs as one call.
 
-Both answer the same way: the tasks' losses, each task's gradient with
-respect to every parameter leaf ([k, *shape]), and the seconds it took.
-The caller sums the per-task gradients in task order, so the result does not
-depend on which worker ran which task.
+Both answer the same way: the tasks' losses, gradient rows for every
+parameter leaf, and the seconds it took. The rows are each task's gradient
+([k, *shape]) when the caller weights tasks itself (``task_losses``); when
+it only reduces them (``__call__``) they are block sums (``blocks``): the
+meta-batch is cut into fixed blocks of tasks, numbered from the batch's
+first task, and a worker sends one row per block it holds whole and one row
+per task of a block it shares with a neighbour. Every block sum is the same
+pairwise sum of that block's task rows wherever it is taken
+(``block_sums``), so the caller's total is the same bits whatever the
+partition, and a share of 200 tasks answers with a dozen rows instead of 200.
 
 Where the work runs: on one long-lived thread per process (the main thread
 when called there), never on the RPC thread that received the request, and
@@ -40,7 +46,8 @@ import torch.distributed.rpc as rpc
 from metafuse import aot
 from metafuse import tree as _tree
 
-__all__ = ["register", "register_batched", "forget", "run_tasks", "run_batched"]
+__all__ = ["register", "register_batched", "forget", "run_tasks", "run_batched",
+           "block_segments", "pairwise_rows_sum", "block_sums"]
 
 # Registered tasks by key: ("task", callable, spec) or ("batched", {size: program}, spec).
 _REGISTRY = {}
@@ -185,26 +192,95 @@ def _check_loss(loss, count=None):
                     ("" if count is None else f" from its batched program of {count} tasks"))
 
 
-def run_tasks(key, param_leaves, batch, want_grads):
-    """Every task of a slice, one call each, in order (on the task thread).
+def block_segments(start, end, block, total):
+    """The pieces of the task slice [start, end) cut at the blocks of a
+    meta-batch of ``total`` tasks (block j is tasks [j*block, min((j+1)*block,
+    total))).
 
     Returns:
-        (losses [k], per-leaf per-task gradients [k, *shape] or [], seconds).
+        [(first, end, whole)]: ``whole`` when the piece is its entire block.
     """
-    return _on_task_thread(_run_tasks, key, param_leaves, batch, want_grads)
+    pieces, first = [], start
+    while first < end:
+        block_start = first - first % block
+        block_end = min(block_start + block, total)
+        last = min(end, block_end)
+        pieces.append((first, last, first == block_start and last == block_end))
+        first = last
+    return pieces
 
 
-def run_batched(key, param_leaves, batch, want_grads):
+def pairwise_rows_sum(rows):
+    """The sum over dim 1 of ``rows`` ([b, n, *shape] -> [b, *shape]) by
+    halving: rows i and i + n//2 are added, an odd last row is carried. Only
+    elementwise additions, so the bits depend on n alone, not on threads or
+    vector width (a reduction kernel's order may)."""
+    while rows.shape[1] > 1:
+        half = rows.shape[1] // 2
+        head = rows[:, :half] + rows[:, half:2 * half]
+        rows = torch.cat([head, rows[:, 2 * half:]], 1) if rows.shape[1] % 2 else head
+    return rows[:, 0]
+
+
+def block_sums(grads, start, block, total):
+    """Per-task gradient rows of the slice starting at task ``start`` ->
+    the rows a worker answers with (see the module docstring): whole blocks
+    summed (``pairwise_rows_sum``; a run of equal blocks in one call),
+    shared blocks' tasks as they are."""
+    out, offset, run = [], 0, 0  # run: tasks of whole blocks of ``block`` pending
+
+    def flush():
+        if run:
+            rows = grads[offset - run:offset]
+            out.append(pairwise_rows_sum(rows.reshape(run // block, block, *rows.shape[1:])))
+
+    for first, end, whole in block_segments(start, start + grads.shape[0], block, total):
+        if whole and end - first == block:
+            run += block
+        else:
+            flush()
+            run = 0
+            rows = grads[offset:offset + end - first]
+            out.append(pairwise_rows_sum(rows.unsqueeze(0)) if whole else rows)
+        offset += end - first
+    flush()
+    return torch.cat(out) if len(out) > 1 else out[0]
+
+
+def run_tasks(key, param_leaves, batch, want_grads, blocks=None):
+    """Every task of a slice, one call each, in order (on the task thread).
+
+    Args:
+        blocks: None (per-task gradient rows) or (index of the slice's first
+            task in the meta-batch, tasks per block, tasks in the meta-batch)
+            for block sums.
+
+    Returns:
+        (losses [k], per-leaf gradient rows ([k, *shape]) or with
+        ``blocks`` one tensor of rows ([rows, parameters], the leaves
+        flattened and concatenated), or [] without gradients, seconds).
+    """
+    return _on_task_thread(_run_tasks, key, param_leaves, batch, want_grads, blocks)
+
+
+def run_batched(key, param_leaves, batch, want_grads, blocks=None):
     """A slice of k tasks as one call of its batched program (on the task
     thread).
 
     Returns:
         As run_tasks.
     """
-    return _on_task_thread(_run_batched, key, param_leaves, batch, want_grads)
+    return _on_task_thread(_run_batched, key, param_leaves, batch, want_grads, blocks)
 
 
-def _run_tasks(key, param_leaves, batch, want_grads):
+def _answer(losses, grads, blocks, start_time):
+    # Block sums of all leaves at once: one [rows, parameters] tensor.
+    if blocks is not None and grads:
+        grads = [block_sums(torch.cat([g.reshape(g.shape[0], -1) for g in grads], 1), *blocks)]
+    return losses, grads, time.perf_counter() - start_time
+
+
+def _run_tasks(key, param_leaves, batch, want_grads, blocks):
     start = time.perf_counter()
     _, task, spec = _entry(key, "task")
     count = batch[0].shape[0] if batch else 0
@@ -223,10 +299,10 @@ def _run_tasks(key, param_leaves, batch, want_grads):
             losses.append(loss.detach())
     stacked = [torch.stack(g) for g in grads] if want_grads and count else []
     empty = torch.empty(0, dtype=param_leaves[0].dtype) if param_leaves else torch.empty(0)
-    return (torch.stack(losses) if losses else empty), stacked, time.perf_counter() - start
+    return _answer(torch.stack(losses) if losses else empty, stacked, blocks, start)
 
 
-def _run_batched(key, param_leaves, batch, want_grads):
+def _run_batched(key, param_leaves, batch, want_grads, blocks):
     # The parameters are given every task (a leading dimension of k), so the
     # gradient of the summed losses with respect to them is per task.
     start = time.perf_counter()
@@ -244,4 +320,4 @@ def _run_batched(key, param_leaves, batch, want_grads):
         grads = (list(torch.autograd.grad(losses.sum(), leaves, allow_unused=True))
                  if want_grads else [])
     grads = [torch.zeros_like(leaf) if g is None else g for g, leaf in zip(grads, leaves)]
-    return losses.detach(), grads, time.perf_counter() - start
+    return _answer(losses.detach(), grads, blocks, start)
