@@ -31,6 +31,22 @@ def _meta_gradient(scheduler, params, batch, reduction_sum=False):
     return [p.grad.clone() for p in params.values()], losses.detach()
 
 
+def registered_kind(key):
+    """On a worker: what runs the task registered under ``key``."""
+    entry = task_runner._REGISTRY[key]
+    return [type(p).__name__ for p in entry[1].values()] if entry[0] == "batched" \
+        else type(entry[1]).__name__
+
+
+class ElsewhereCompiled(todist.TaskScheduler):
+    """As if the caller's artifacts were compiled for a GPU the workers lack:
+    each worker must compile the task's function on its own device."""
+
+    def _placement(self, leaves):
+        placed = super()._placement(leaves)
+        return placed if leaves is None else ("cuda:0", placed[1])
+
+
 def _reduced_meta_gradient(scheduler, params, batch):
     for p in params.values():
         p.grad = None
@@ -91,6 +107,14 @@ def batched_world():
     out["task threads"] = torch.distributed.rpc.rpc_sync(1, task_thread_names)
     out["sum error"] = relative_error([g / TASKS for g in step], ref)
     out["shipped sizes"] = {w: sorted(s) for w, s in scheduler._sizes_sent.items()}
+    # Workers on another device than the artifacts': they compile the
+    # function by name (per task: metafuse.compile; batched: metafuse.vmap).
+    for mode in ("per task", "batched"):
+        scheduler = ElsewhereCompiled(compiled_task_loss, batched=mode == "batched")
+        out[f"elsewhere error {mode}"] = relative_error(
+            _reduced_meta_gradient(scheduler, params, batch), ref)
+        out[f"elsewhere runs {mode}"] = torch.distributed.rpc.rpc_sync(
+            1, registered_kind, args=(scheduler._key,))
     # A task that does not compile batched: a clear error, per-task mode still works.
     try:
         todist.TaskScheduler(eager_task_loss, batched=True)(params, *batch)

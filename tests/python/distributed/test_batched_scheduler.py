@@ -52,6 +52,13 @@ def test_block_must_be_a_positive_int():
             todist.TaskScheduler(print, block=bad)
 
 
+def test_a_worker_on_another_device_compiles_the_function_there(seen):
+    assert seen["elsewhere error per task"] < 1e-12
+    assert seen["elsewhere runs per task"] == "CompiledFunction"
+    assert seen["elsewhere error batched"] < 1e-12
+    assert seen["elsewhere runs batched"] == ["BatchedFunction"]
+
+
 def test_per_task_mode_is_kept(seen):
     assert seen["per-task error"] < 1e-12
 

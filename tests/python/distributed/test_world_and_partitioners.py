@@ -178,3 +178,29 @@ def test_worker_error_names_the_worker_and_pickles():
     err = todist.WorkerError("worker2", 2, "unreachable", "eof")
     again = pickle.loads(pickle.dumps(err))
     assert "worker2 (rank 2) is unreachable" in str(again) and again.reason == "unreachable"
+
+
+def test_worker_device_is_the_local_rank_s_gpu_or_the_cpu(world_env, monkeypatch):
+    world_env(**{**WORLD, "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4"})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert todist.worker_device() == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert todist.worker_device() == torch.device("cuda", 1)  # one process per GPU, wrapped
+    assert todist.worker_device(local_rank=0) == torch.device("cuda", 0)
+
+
+def test_a_task_compiled_for_another_device_is_compiled_on_the_worker_s(monkeypatch):
+    from metafuse.distributed import task_runner
+    import dist_programs
+    monkeypatch.setattr(world, "worker_device", lambda: torch.device("cuda", 1))
+    reference = ("dist_programs", "compiled_task_loss")
+    # Compiled for this worker's device: the artifact runs as it is.
+    assert task_runner._placed(("cuda:1", reference)) == (torch.device("cuda", 1), None)
+    # Compiled for another: the function (a metafuse.compile's own) by name.
+    assert task_runner._placed(("cpu", reference)) == (
+        torch.device("cuda", 1), dist_programs.compiled_task_loss.fn)
+    with pytest.raises(RuntimeError, match="compiled for cpu and this process runs on "
+                       "cuda:1; pass a module-level function"):
+        task_runner._placed(("cpu", None))
+    assert task_runner._placed(None) == (None, None)

@@ -44,6 +44,7 @@ traceback. ``remove_worker`` lets the caller go on with the others.
 
 import itertools
 import os
+import sys
 import tempfile
 import time
 
@@ -215,6 +216,12 @@ class TaskScheduler:
             ``metafuse.vmap`` of the task, see the module docstring); the
             task must compile with ``metafuse.compile`` (a plain function or
             a ``metafuse.compile`` result), or the first call raises.
+        worker_devices: run each worker's share on its own device
+            (``worker_device()``: ``cuda:LOCAL_RANK`` where the worker has
+            GPUs, else its CPU; default True); False: where the tensors
+            arrive (the CPU for a remote worker). An artifact compiled here
+            for another device is not used there: the worker compiles the
+            task's function itself (it must be importable by name).
         block: tasks per gradient block of ``__call__`` (a positive int;
             default: a 32nd of the meta-batch, rounded up). Any value gives
             the same meta-gradient whatever the partition; larger blocks,
@@ -234,7 +241,7 @@ class TaskScheduler:
     """
 
     def __init__(self, task, workers=None, *, reduction="mean", timeout=None, balance=None,
-                 batched=False, block=None):
+                 batched=False, block=None, worker_devices=True):
         if not callable(task):
             raise TypeError(f"TaskScheduler: `task` must be callable, got {task!r}")
         if not isinstance(batched, bool):
@@ -257,6 +264,7 @@ class TaskScheduler:
         if not infos:
             raise ValueError("TaskScheduler: `workers` must name at least one worker")
         self.task, self.reduction, self.batched, self.block = task, reduction, batched, block
+        self.worker_devices = bool(worker_devices)
         self.balance = (not batched) if balance is None else bool(balance)
         self.timeout = default_timeout() if timeout is None else float(timeout)
         self._me = me
@@ -372,12 +380,30 @@ class TaskScheduler:
         if self._payload is None or self._payload[0] != guard:
             self._payload = (guard, *self._make_payload(params, task_batch))
         _, kind, data = self._payload
+        placement = self._placement(leaves if kind == "artifact" else None)
         futures = [rpc.rpc_async(w.id, task_runner.register,
-                                 args=(self._key, kind, data, _skeleton(params)),
+                                 args=(self._key, kind, data, _skeleton(params), placement),
                                  timeout=self.timeout) for w in pending]
         gather_futures(futures, [(w.name, w.id) for w in pending]).wait()
         for w in pending:
             self._registered[w.id] = (self._key, guard)
+
+    def _placement(self, leaves):
+        """What a worker needs to run on its own device (task_runner._placed):
+        None without ``worker_devices``, else (the device an artifact was
+        compiled for, or None; the task function's (module, name) if it
+        can be imported by name there)."""
+        if not self.worker_devices:
+            return None
+        function = self.task.fn if isinstance(self.task, CompiledFunction) else self.task
+        module = sys.modules.get(getattr(function, "__module__", None) or "")
+        name = getattr(function, "__qualname__", "<")
+        found = module
+        for part in name.split("."):
+            found = getattr(found, part, None)
+        importable = found is self.task or found is function
+        return (None if leaves is None else str(leaves[0].device),
+                (module.__name__, name) if importable else None)
 
     def _make_payload(self, params, task_batch):
         """("artifact", bytes) for a compiled function, else ("callable", task)."""
@@ -415,9 +441,10 @@ class TaskScheduler:
                                      "use batched=False") from None
         skeleton = _tree.unflatten(spec, list(range(len(param_leaves))))
         targets = list(missing.values())
+        placement = self._placement(param_leaves)
         futures = [rpc.rpc_async(w.id, task_runner.register_batched,
                                  args=(self._key, {k: self._artifacts[k] for k in sizes},
-                                       skeleton, not self._sizes_sent[w.id]),
+                                       skeleton, not self._sizes_sent[w.id], placement),
                                  timeout=self.timeout)
                    for w, sizes in targets]
         gather_futures(futures, [(w.name, w.id) for w, _ in targets]).wait()
@@ -449,14 +476,19 @@ class TaskScheduler:
         run = task_runner.run_batched if self.batched else task_runner.run_tasks
         if self.batched:
             self._ship_batched(param_leaves, task_batch, parts)
-        slices = {w.id: [t[a:b].contiguous() for t in task_batch] for w, a, b in parts}
         remote = [p for p in parts if p[0].id != self._me.id]
+        # Over RPC tensors travel on the CPU (no device maps); the caller's
+        # own share keeps its tensors where they are.
+        sent = {w.id: (w.id == self._me.id) for w, _, _ in parts}
+        slices = {w.id: [t[a:b].contiguous() if sent[w.id] else t[a:b].cpu().contiguous()
+                         for t in task_batch] for w, a, b in parts}
+        shipped_leaves = [t.cpu() for t in param_leaves]
         blocks = {w.id: None if block is None else (a, block, count) for w, a, _ in parts}
         waited = {}  # worker id -> seconds from its request to its answer
         futures = []
         for w, _, _ in remote:
             sent = time.perf_counter()
-            future = rpc.rpc_async(w.id, run, args=(self._key, param_leaves, slices[w.id],
+            future = rpc.rpc_async(w.id, run, args=(self._key, shipped_leaves, slices[w.id],
                                                     want_grads, blocks[w.id]),
                                    timeout=self.timeout)
             future.add_done_callback(
@@ -467,8 +499,9 @@ class TaskScheduler:
         local = [p for p in parts if p[0].id == self._me.id]
         for w, _, _ in local:  # this worker's share runs here while the others work
             results[w.id] = run(self._key, param_leaves, slices[w.id], want_grads, blocks[w.id])
-        for (w, _, _), value in zip(remote, gathered.wait()):
-            results[w.id] = value
+        home = param_leaves[0].device
+        for (w, _, _), (losses, grads, seconds) in zip(remote, gathered.wait()):
+            results[w.id] = losses.to(home), [g.to(home) for g in grads], seconds
         self.last_seconds = {w.name: results[w.id][2] for w, _, _ in parts}
         for w, a, b in parts:
             if self.batched and (w.id, b - a) not in self._sizes_run:

@@ -34,6 +34,7 @@ on the caller.
 
 import concurrent.futures
 import ctypes
+import importlib
 import os
 import queue
 import tempfile
@@ -49,8 +50,10 @@ from metafuse import tree as _tree
 __all__ = ["register", "register_batched", "forget", "run_tasks", "run_batched",
            "block_segments", "pairwise_rows_sum", "block_sums"]
 
-# Registered tasks by key: ("task", callable, spec) or ("batched", {size: program}, spec).
+# Registered tasks by key: ("task", callable, spec, device) or
+# ("batched", {size: program}, spec, device); device None: where tensors arrive.
 _REGISTRY = {}
+_ANY_SIZE = "any"  # batched: one metafuse.vmap for every slice size
 _LOCK = threading.Lock()
 _TASK_THREAD = []  # the queue of the process's one task thread, made on first use
 _TASK_THREAD_NAME = "metafuse-tasks"
@@ -129,7 +132,58 @@ def _load_artifact(data):
         os.unlink(path)
 
 
-def register(key, kind, payload, param_skeleton):
+def _placed(placement):
+    """Where this worker runs a registered task, and whether an artifact
+    compiled on the caller fits it.
+
+    Args:
+        placement: None (where the tensors arrive, the artifact as it is) or
+            (the device the caller compiled the artifact for, as a string,
+            or None for no artifact; the task function's (module, name) or
+            None):
+            on this worker's device
+            (``world.worker_device()``: its GPU where it has one).
+
+    Returns:
+        (device or None, the function to compile here instead of the
+        artifact, or None when the artifact fits).
+
+    Raises:
+        RuntimeError: the artifact does not fit and there is no function.
+    """
+    if placement is None:
+        return None, None
+    from metafuse.distributed.world import worker_device
+    device = worker_device()
+    compiled_for, function = placement
+    if compiled_for is None or torch.device(compiled_for) == device:
+        return device, None
+    if function is None:  # (module, name) of the task's function, see the scheduler
+        raise RuntimeError(f"TaskScheduler: the task was compiled for {compiled_for} and "
+                           f"{_worker_name()} runs on {device}; pass a "
+                           "module-level function (or its metafuse.compile) so that the "
+                           "worker can compile it there")
+    return device, _import_function(*function)
+
+
+def _worker_name():
+    try:
+        return rpc.get_worker_info().name
+    except RuntimeError:  # RPC not started: a process alone
+        return "this process"
+
+
+def _import_function(module, name):
+    """A task's Python function by name (a ``metafuse.compile`` result's
+    own function)."""
+    from metafuse.compiler import CompiledFunction
+    found = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found.fn if isinstance(found, CompiledFunction) else found
+
+
+def register(key, kind, payload, param_skeleton, placement=None):
     """Keeps a per-task task under ``key`` for later meta-steps.
 
     Args:
@@ -137,14 +191,23 @@ def register(key, kind, payload, param_skeleton):
         kind: "artifact" (``payload`` is an artifact's bytes) or "callable".
         payload: the bytes or the callable.
         param_skeleton: the parameters' pytree with ints for leaves.
+        placement: see ``_placed`` (for a callable, the device it runs on).
     """
-    task = _load_artifact(payload) if kind == "artifact" else payload
+    if kind == "artifact":
+        device, function = _placed(placement)
+    else:  # a callable compiles (or runs eagerly) wherever its tensors are
+        device, function = _placed(None if placement is None else (None, None))[0], None
+    if function is not None:
+        from metafuse.compiler import compile as compile_task
+        task = compile_task(function)
+    else:
+        task = _load_artifact(payload) if kind == "artifact" else payload
     with _LOCK:
-        _REGISTRY[key] = ("task", task, _tree.structure(param_skeleton))
+        _REGISTRY[key] = ("task", task, _tree.structure(param_skeleton), device)
     return True
 
 
-def register_batched(key, artifacts, param_skeleton, reset):
+def register_batched(key, artifacts, param_skeleton, reset, placement=None):
     """Adds batched programs under ``key``.
 
     Args:
@@ -152,13 +215,23 @@ def register_batched(key, artifacts, param_skeleton, reset):
         artifacts: {slice size: artifact bytes}.
         param_skeleton: the parameters' pytree with ints for leaves.
         reset: drop the programs ``key`` had (the shapes or dtypes changed).
+        placement: see ``_placed``; where the artifacts were compiled for
+            another device, the task's ``metafuse.vmap`` is made here once
+            and serves every size (compiled here per size on first use).
     """
     spec = _tree.structure(param_skeleton)
-    loaded = {size: _load_artifact(data) for size, data in artifacts.items()}
+    device, function = _placed(placement)
+    if function is not None:
+        from metafuse.batching import vmap
+        loaded = {_ANY_SIZE: vmap(function)}
+    else:
+        loaded = {size: _load_artifact(data) for size, data in artifacts.items()}
     with _LOCK:
         entry = _REGISTRY.get(key)
         programs = {} if reset or entry is None or entry[0] != "batched" else entry[1]
-        _REGISTRY[key] = ("batched", {**programs, **loaded}, spec)
+        if _ANY_SIZE in programs and function is not None:
+            loaded = {}
+        _REGISTRY[key] = ("batched", {**programs, **loaded}, spec, device)
     return True
 
 
@@ -273,16 +346,23 @@ def run_batched(key, param_leaves, batch, want_grads, blocks=None):
     return _on_task_thread(_run_batched, key, param_leaves, batch, want_grads, blocks)
 
 
-def _answer(losses, grads, blocks, start_time):
-    # Block sums of all leaves at once: one [rows, parameters] tensor.
+def _answer(losses, grads, blocks, start_time, home):
+    # Block sums of all leaves at once: one [rows, parameters] tensor; the
+    # answer goes back on the device the tensors came on (the CPU over RPC).
     if blocks is not None and grads:
         grads = [block_sums(torch.cat([g.reshape(g.shape[0], -1) for g in grads], 1), *blocks)]
+    if home is not None:
+        losses, grads = losses.to(home), [g.to(home) for g in grads]
     return losses, grads, time.perf_counter() - start_time
 
 
 def _run_tasks(key, param_leaves, batch, want_grads, blocks):
     start = time.perf_counter()
-    _, task, spec = _entry(key, "task")
+    _, task, spec, device = _entry(key, "task")
+    home = param_leaves[0].device if param_leaves else None
+    if device is not None:
+        param_leaves = [t.to(device) for t in param_leaves]
+        batch = [b.to(device) for b in batch]
     count = batch[0].shape[0] if batch else 0
     with torch.enable_grad():
         leaves = [t.detach().requires_grad_(want_grads) for t in param_leaves]
@@ -299,16 +379,20 @@ def _run_tasks(key, param_leaves, batch, want_grads, blocks):
             losses.append(loss.detach())
     stacked = [torch.stack(g) for g in grads] if want_grads and count else []
     empty = torch.empty(0, dtype=param_leaves[0].dtype) if param_leaves else torch.empty(0)
-    return _answer(torch.stack(losses) if losses else empty, stacked, blocks, start)
+    return _answer(torch.stack(losses) if losses else empty, stacked, blocks, start, home)
 
 
 def _run_batched(key, param_leaves, batch, want_grads, blocks):
     # The parameters are given every task (a leading dimension of k), so the
     # gradient of the summed losses with respect to them is per task.
     start = time.perf_counter()
-    _, programs, spec = _entry(key, "batched")
+    _, programs, spec, device = _entry(key, "batched")
+    home = param_leaves[0].device
+    if device is not None:
+        param_leaves = [t.to(device) for t in param_leaves]
+        batch = [b.to(device) for b in batch]
     count = batch[0].shape[0]
-    program = programs.get(count)
+    program = programs.get(count, programs.get(_ANY_SIZE))
     if program is None:
         raise RuntimeError(f"TaskScheduler: no batched program for {count} tasks on "
                            f"{rpc.get_worker_info().name} (it has {sorted(programs)})")
@@ -320,4 +404,4 @@ def _run_batched(key, param_leaves, batch, want_grads, blocks):
         grads = (list(torch.autograd.grad(losses.sum(), leaves, allow_unused=True))
                  if want_grads else [])
     grads = [torch.zeros_like(leaf) if g is None else g for g, leaf in zip(grads, leaves)]
-    return _answer(losses.detach(), grads, blocks, start)
+    return _answer(losses.detach(), grads, blocks, start, home)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from typing import NamedTuple
 
+import torch
 import torch.distributed.rpc as rpc
 
 from metafuse.distributed.config import (WorldConfigError, check_master_address,
@@ -21,7 +22,7 @@ from metafuse.distributed.config import (WorldConfigError, check_master_address,
 __all__ = ["get_world_info", "get_world_rank", "get_rank", "get_world_size",
            "get_local_rank", "get_local_world_size", "get_worker_id", "barrier",
            "auto_init_rpc", "on_rank", "not_on_rank", "rank_zero_only",
-           "rank_non_zero_only"]
+           "rank_non_zero_only", "worker_device"]
 
 
 def default_worker_name_format(world_rank, world_size, local_rank, local_world_size):
@@ -125,6 +126,25 @@ def get_local_rank():
 def get_local_world_size():
     """The number of processes on this node (int)."""
     return get_world_info().local_world_size
+
+
+def worker_device(local_rank=None):
+    """The device this process's tasks run on: one process per GPU, so
+    ``cuda:(LOCAL_RANK mod GPUs)`` where torch has CUDA and sees a GPU,
+    else the CPU. RPC start-up (``init_rpc_from_environment``) makes it
+    the current CUDA device; ``TaskScheduler`` runs each worker's share
+    there.
+
+    Args:
+        local_rank: the rank on this node (default: LOCAL_RANK's).
+
+    Returns:
+        A torch.device.
+    """
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        return torch.device("cpu")
+    rank = get_local_rank() if local_rank is None else local_rank
+    return torch.device("cuda", rank % torch.cuda.device_count())
 
 
 def get_worker_id(id=None):  # noqa: A002 (TorchOpt's argument name)
@@ -234,6 +254,9 @@ def init_rpc_from_environment(*, backend=None, rpc_backend_options=None):
     """
     info = get_world_info()
     check_master_address(info.rank)
+    device = worker_device(info.local_rank)
+    if device.type == "cuda":  # one process per GPU: its GPU is the current device
+        torch.cuda.set_device(device)
     options = _backend_options(rpc_backend_options)
     limit = 2 * options.rpc_timeout + 5
     waiting = _startup_failure(info, options, f"not every process joined within {limit:g} s")
