@@ -125,15 +125,11 @@ void BindFunctionMethods(Class& cls, Get get) {
 
 void BindCompiler(py::module_& parent) {
   py::module_ m = parent.def_submodule("_compiler", "metafuse's compiler (C++).");
-  static py::exception<UnsupportedOp> unsupported(m, "UnsupportedOp",
-                                                  PyExc_RuntimeError);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const UnsupportedOp& e) {
-      unsupported(e.what());
-    }
-  });
+  // pybind11's own registration: translates UnsupportedOp to a Python
+  // subclass of RuntimeError. (A static py::exception called from a
+  // translator is deprecated from pybind11 2.12, the version torch 2.x
+  // builds bring.)
+  py::register_exception<UnsupportedOp>(m, "UnsupportedOp", PyExc_RuntimeError);
 
   py::class_<CompiledInnerLoop, std::shared_ptr<CompiledInnerLoop>> inner_loop(
       m, "CompiledInnerLoop");

@@ -8,7 +8,10 @@
 # instantiated, overloads resolved; nothing linked or run: trixie's
 # libtorch needs a newer glibc and libstdc++ than bookworm's).
 #
-#   bash tools/check_torch_headers.sh [-j JOBS] [--suite trixie] [--cuda]
+#   bash tools/check_torch_headers.sh [-j JOBS] [--suite trixie] [--cuda] [SOURCE ...]
+#
+# SOURCE: check only these sources of the list (paths from the repository
+# root), e.g. after changing one file.
 #
 # --cuda: the CUDA build instead (Debian contrib's libtorch-cuda-dev, the
 # CUDA toolkit's headers from $CUDA_HOME, METAFUSE_HAS_NVRTC and
@@ -22,12 +25,14 @@ set -euo pipefail
 jobs=1
 suite=trixie
 cuda=0
+only=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -j) jobs="$2"; shift 2 ;;
     --suite) suite="$2"; shift 2 ;;
     --cuda) cuda=1; shift ;;
-    *) echo "check_torch_headers.sh: unknown argument '$1' (expected -j JOBS, --suite NAME or --cuda)" >&2; exit 2 ;;
+    -*) echo "check_torch_headers.sh: unknown option '$1' (expected -j JOBS, --suite NAME, --cuda or source paths)" >&2; exit 2 ;;
+    *) only+=("$1"); shift ;;
   esac
 done
 
@@ -110,6 +115,16 @@ else:
         if path not in e.select(entries, llvm=True, nvrtc=False, nvcc=False):
             print(path, 0)
 ')
+
+if [ ${#only[@]} -gt 0 ]; then
+  chosen=""
+  for path in "${only[@]}"; do
+    line=$(echo "$sources" | awk -v p="$path" '$1 == p' | head -1)
+    [ -n "$line" ] || { echo "check_torch_headers.sh: $path is not a source this check compiles (tools/extension_sources.txt$([ "$cuda" = 1 ] && echo ", CUDA-dependent"))" >&2; exit 2; }
+    chosen+="$line"$'\n'
+  done
+  sources="${chosen%$'\n'}"
+fi
 
 logs="$cache/logs"
 rm -rf "$logs"

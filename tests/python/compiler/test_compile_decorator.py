@@ -144,3 +144,11 @@ def test_indexing_and_slicing_compile():
     meta = torch.autograd.grad((fast ** 2).sum(), w)[0]
     expected = torch.autograd.grad((reference ** 2).sum(), w)[0]
     torch.testing.assert_close(meta, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_unsupported_op_is_a_runtime_error_subclass_from_the_extension():
+    # pybind11's register_exception: the C++ UnsupportedOp arrives as this
+    # class, which metafuse.compile catches to fall back.
+    from metafuse import _C
+    assert issubclass(_C._compiler.UnsupportedOp, RuntimeError)
+    assert _C._compiler.UnsupportedOp.__module__.startswith("metafuse")
