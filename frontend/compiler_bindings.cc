@@ -136,14 +136,18 @@ void BindCompiler(py::module_& parent) {
   BindFunctionMethods(inner_loop, [](const CompiledInnerLoop& l) -> SpecializingFunction& {
     return l.function();
   });
-  inner_loop.def("__call__", &CompiledInnerLoop::operator(), py::arg("inputs"));
+  // Calls run without the GIL: metafuse.vmap runs chunks of a meta-batch on
+  // several threads at once (batching.py), and nothing in a run is Python.
+  inner_loop.def("__call__", &CompiledInnerLoop::operator(), py::arg("inputs"),
+                 py::call_guard<py::gil_scoped_release>());
 
   py::class_<SpecializingFunction, std::shared_ptr<SpecializingFunction>> function(
       m, "SpecializingFunction");
   BindFunctionMethods(function, [](const SpecializingFunction& f) -> SpecializingFunction& {
     return const_cast<SpecializingFunction&>(f);
   });
-  function.def("__call__", &SpecializingFunction::operator(), py::arg("inputs"));
+  function.def("__call__", &SpecializingFunction::operator(), py::arg("inputs"),
+               py::call_guard<py::gil_scoped_release>());
 
   // The compiled program as a value (runtime/program_code.h).
   py::class_<runtime::CompiledProgram>(m, "CompiledProgram")
@@ -219,7 +223,7 @@ void BindCompiler(py::module_& parent) {
                       "those it was specialized for");
         }
         return runtime::RunDifferentiable(self, inputs);
-      }, py::arg("inputs"));
+      }, py::arg("inputs"), py::call_guard<py::gil_scoped_release>());
 
   py::class_<ProfileHandle>(m, "Profile")
       .def(py::init<>())

@@ -22,14 +22,23 @@ Fallbacks, each after one CompilationFallbackWarning naming the reason, never
 a wrong result: what metafuse.compile cannot compile runs functorch.vmap
 eagerly; what functorch cannot batch runs as a loop over the tasks.
 
-A cost check keeps batching from making a call slower: task batching turns
-a task's convolutions into convolutions grouped over the tasks, which
-LibTorch 1.13 runs several times slower than one convolution per task
-(docs/sweep.md). Where the batched program has grouped convolutions, the
-first call with a set of shapes times it against the same function compiled
-for one task and run task after task, and keeps the faster
-(``strategies()`` reports both times, each a call and its backward;
-METAFUSE_VMAP_STRATEGY=batched|tasks overrides the measurement).
+A cost check keeps batching from making a call slower. The first call with
+a set of shapes times the batched program against the alternatives that
+apply, each a call and its backward, and keeps the fastest
+(``strategies()`` reports the times; METAFUSE_VMAP_STRATEGY=batched|tasks|
+parallel overrides the measurement):
+
+- "tasks", where the batched program has grouped convolutions: task
+  batching turns a task's convolutions into convolutions grouped over the
+  tasks, which LibTorch 1.13 runs several times slower than one convolution
+  per task (docs/sweep.md); the function compiled for one task, run task
+  after task, may win.
+- "parallel", where torch has more than one thread and the tensors are on
+  the CPU: the meta-batch split into one chunk of tasks per thread, each
+  chunk's batched program run on its own thread, forward and backward
+  (``_parallel_chunks``): a small meta-batch has no operation big enough
+  to split over threads. Its meta-gradient is first-order: a backward with
+  create_graph=True raises, naming METAFUSE_VMAP_STRATEGY=batched.
 """
 
 import numbers
@@ -41,6 +50,7 @@ import functorch
 import torch
 
 from metafuse import _batched_tensors
+from metafuse import _parallel_chunks
 from metafuse import tree as _tree
 from metafuse.compiler import CompilationFallbackWarning, CompiledFunction
 
@@ -49,9 +59,9 @@ __all__ = ["vmap", "BatchedFunction"]
 _RANDOMNESS = ("error", "different", "same")
 
 STRATEGY_VARIABLE = "METAFUSE_VMAP_STRATEGY"
-_STRATEGIES = ("auto", "batched", "tasks")
-# The task loop must be this much faster to be chosen: one timed call each
-# decides, so a near tie keeps the one program.
+_STRATEGIES = ("auto", "batched", "tasks", "parallel")
+# An alternative must be this much faster than the batched program to be
+# chosen: one timed call each decides, so a near tie keeps the one program.
 _TASKS_MARGIN = 1.1
 
 
@@ -160,6 +170,8 @@ class BatchedFunction:
             return self._program_for(args, dims)(*args)
         if setting == "tasks":
             return self._task_loop(args, dims)
+        if setting == "parallel":
+            return self._parallel(args, dims, size)
         key = (self._program_key(args, dims), tuple(
             (tuple(t.shape), t.dtype, t.device) for arg in args for t in _tree.leaves(arg)
             if isinstance(t, torch.Tensor)))
@@ -167,18 +179,28 @@ class BatchedFunction:
         if record is not None:
             if record["strategy"] == "tasks":
                 return self._task_loop(args, dims)
+            if record["strategy"] == "parallel":
+                return self._parallel(args, dims, size)
             return self._program_for(args, dims)(*args)
         return self._choose_strategy(key, args, dims, size)
 
     def _choose_strategy(self, key, args, dims, size):
         """The first call with these shapes: the batched program, and where
-        it has grouped convolutions also the task loop, each run with its
-        backward once to compile and once timed; the faster's result is
-        returned."""
+        an alternative applies (module docstring) the alternatives too,
+        each run with its backward once to compile and once timed; the
+        fastest's result is returned."""
         batched = self._program_for(args, dims)
         out = batched(*args)
-        if not _has_grouped_convolutions(batched, args):
-            self._strategies[key] = {"strategy": "batched", "reason": "no grouped convolution"}
+        candidates = {}
+        if _has_grouped_convolutions(batched, args):
+            candidates["tasks"] = lambda: self._task_loop(args, dims)
+        on_cpu = all(t.device.type == "cpu" for arg in args for t in _tree.leaves(arg)
+                     if isinstance(t, torch.Tensor))
+        if torch.get_num_threads() > 1 and size > 1 and on_cpu:  # a GPU's streams do this
+            candidates["parallel"] = lambda: self._parallel(args, dims, size)
+        if not candidates:
+            self._strategies[key] = {"strategy": "batched", "reason": "no grouped convolution"
+                                     + ("" if size < 2 else ", one thread")}
             return out
         del out
         inputs = [t for arg in args for t in _tree.leaves(arg)
@@ -197,13 +219,38 @@ class BatchedFunction:
                 elapsed = time.perf_counter() - start
             return elapsed
 
-        batched_s = seconds(lambda: batched(*args))
-        tasks_s = seconds(lambda: self._task_loop(args, dims))
-        strategy = "tasks" if tasks_s * _TASKS_MARGIN < batched_s else "batched"
-        self._strategies[key] = {
-            "strategy": strategy, "reason": "grouped convolutions, timed",
-            "batched_s": batched_s, "tasks_s": tasks_s, "tasks": size}
-        return self._task_loop(args, dims) if strategy == "tasks" else batched(*args)
+        record = {"batched_s": seconds(lambda: batched(*args))}
+        for name, run in candidates.items():
+            record[f"{name}_s"] = seconds(run)
+        strategy = "batched"
+        for name in candidates:
+            if record[f"{name}_s"] * _TASKS_MARGIN < record[f"{strategy}_s"]:
+                strategy = name
+        reasons = (["grouped convolutions"] if "tasks" in candidates else []) + (
+            [f"{torch.get_num_threads()} threads"] if "parallel" in candidates else [])
+        self._strategies[key] = {"strategy": strategy, "reason": ", ".join(reasons) + ", timed",
+                                 **record, "tasks": size}
+        if strategy == "tasks":
+            return self._task_loop(args, dims)
+        if strategy == "parallel":
+            return self._parallel(args, dims, size)
+        return batched(*args)
+
+    def _parallel(self, args, dims, size):
+        """The batched program on one chunk of tasks per thread, the chunks
+        at once (_parallel_chunks); each chunk size compiled first, here."""
+        program = self._program_for(args, dims)
+        bounds = _parallel_chunks.chunk_bounds(size, min(torch.get_num_threads(), size))
+        for start, stop in {stop - start: (start, stop) for start, stop in bounds}.values():
+            chunk = self._narrow(args, dims, start, stop)
+            if program.guard(*chunk) not in program._programs:
+                program(*chunk)  # compiles: tracing runs on one thread only
+        return _parallel_chunks.run_in_parallel(program, args, dims, bounds, self._out_dims)
+
+    @staticmethod
+    def _narrow(args, dims, start, stop):
+        return [arg if d is None else _tree.map(lambda x, d=d: x.narrow(d, start, stop - start), arg)
+                for arg, d in zip(args, dims)]
 
     def _task_loop(self, args, dims):
         """``fn`` compiled for one task (metafuse.compile), run task after
@@ -307,10 +354,7 @@ class BatchedFunction:
         """chunk_size tasks per call, outputs concatenated in task order."""
         pieces = []
         for start in range(0, size, chunk_size):
-            stop = min(size, start + chunk_size)
-            chunk = [arg if d is None else
-                     _tree.map(lambda x, d=d: x.narrow(d, start, stop - start), arg)
-                     for arg, d in zip(args, dims)]
+            chunk = self._narrow(args, dims, start, min(size, start + chunk_size))
             pieces.append(_tree.flatten(self._program_for(chunk, dims)(*chunk)))
         spec = pieces[0][1]
         count = len(pieces[0][0])

@@ -385,6 +385,11 @@ class CompiledInnerLoop(_CompiledBase):
     def _subject(self):
         return "the inner loop"
 
+    def guard(self, *args):
+        """What a call with ``args`` is specialized on (the key of its
+        program: structures, closed-over names, shapes, dtypes, devices)."""
+        return self._flatten(args)[4]
+
     def _entry_and_leaves(self, args):
         params, batch = args[0], args[1:]
         self._call(params, batch)  # makes self._fast for this guard when compiled
@@ -534,6 +539,11 @@ class CompiledFunction(_CompiledBase):
         guard = (tuple(s for s, _ in specs), tuple(keys), _describe(flat),
                  _describe(extras))
         return flat, specs, keys, extras, guard
+
+    def guard(self, *args):
+        """What a call with ``args`` is specialized on (the key of its
+        program: structures, closed-over names, shapes, dtypes, devices)."""
+        return self._flatten(args)[4]
 
     def _entry_and_leaves(self, args):
         flat, _, _, extras, guard = self._flatten(args)

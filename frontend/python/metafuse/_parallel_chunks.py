@@ -1,0 +1,185 @@
+"""A meta-batch split into contiguous chunks of tasks that run on several
+threads at once, forward and backward (metafuse.vmap's "parallel"
+strategy).
+
+One batched program of a small meta-batch (the MAML sinusoid: 25 tasks of
+10x40x40 products) has no operation big enough to split over threads, so a
+second core sits idle. Here each thread runs the same batched program on
+its own chunk of tasks: the compiled programs run without the GIL, and
+their backward runs in each chunk's thread too (one
+``torch.autograd.grad`` per chunk), not one after another on the autograd
+engine's CPU thread.
+
+The result is one autograd node: forward returns the chunks' outputs
+concatenated in task order; backward returns, for a mapped input, its
+chunks' gradients concatenated, and for a shared input (``in_dims`` None)
+the sum of its chunks' gradients, chunk 0 first, so the bits depend on the
+chunking alone (fixed by the task and thread counts). The node is
+first-order: a backward with ``create_graph=True`` raises, naming
+METAFUSE_VMAP_STRATEGY=batched (the one batched program differentiates
+again).
+"""
+
+import concurrent.futures
+import threading
+
+import torch
+
+from metafuse import tree as _tree
+
+__all__ = ["chunk_bounds", "run_in_parallel"]
+
+_POOL = []  # [ThreadPoolExecutor], made on first use, grown to the threads asked for
+_POOL_LOCK = threading.Lock()
+
+
+def chunk_bounds(size, chunks):
+    """[(start, stop)] of ``chunks`` contiguous chunks of ``size`` tasks,
+    the first ones a task longer where it does not divide."""
+    base, extra = divmod(size, chunks)
+    bounds, start = [], 0
+    for i in range(chunks):
+        stop = start + base + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def _pool(workers):
+    # Each chunk thread runs its operations on 1 intra-op thread: the chunks
+    # are the parallelism (the calling thread keeps its own setting).
+    with _POOL_LOCK:
+        if not _POOL or _POOL[0]._max_workers < workers:
+            if _POOL:
+                _POOL.pop().shutdown(wait=False)
+            _POOL.append(concurrent.futures.ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix="metafuse-chunk",
+                initializer=torch.set_num_threads, initargs=(1,)))
+        return _POOL[0]
+
+
+def _on_threads(calls):
+    """Runs the callables, all but the last on the pool, the last here;
+    their results in order (the first exception is raised after all end)."""
+    futures = [_pool(len(calls) - 1).submit(call) for call in calls[:-1]]
+    try:
+        last = calls[-1]()
+    finally:
+        done = [f.exception() for f in futures]  # waits for every one
+    for error in done:
+        if error is not None:
+            raise error
+    return [f.result() for f in futures] + [last]
+
+
+def _chunk_args(leaves, leaf_dims, start, stop):
+    """One chunk's leaves, detached (each chunk its own graph): mapped
+    leaves narrowed to the chunk, shared ones whole."""
+    out = []
+    for leaf, dim in zip(leaves, leaf_dims):
+        piece = leaf.detach() if dim is None else leaf.detach().narrow(dim, start, stop - start)
+        out.append(piece.requires_grad_(leaf.requires_grad))
+    return out
+
+
+class _Chunks(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, plan, *leaves):
+        run, specs, leaf_dims, bounds, out_dims, grad_enabled = plan
+
+        def one(start, stop):
+            inputs = _chunk_args(leaves, leaf_dims, start, stop)
+            with torch.set_grad_enabled(grad_enabled):
+                outputs, out_spec = _tree.flatten(run(*_unflatten_args(specs, inputs)))
+            return inputs, outputs, out_spec
+
+        results = _on_threads([lambda a=a, b=b: one(a, b) for a, b in bounds])
+        ctx.chunks = [(inputs, outputs) for inputs, outputs, _ in results]
+        ctx.leaf_dims, ctx.bounds = leaf_dims, bounds
+        ctx.out_dims = out_dims(len(results[0][1]))
+        merged = [torch.cat([r[1][j].detach() for r in results], dim=d)
+                  for j, d in enumerate(ctx.out_dims)]
+        ctx.mark_non_differentiable(*[m for m, o in zip(merged, results[0][1])
+                                      if not o.requires_grad])
+        return tuple(merged)
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        if torch.is_grad_enabled():  # create_graph: each chunk's graph starts detached
+            raise RuntimeError(
+                "metafuse.vmap: the meta-gradient of a call run as parallel chunks is "
+                "first-order (create_graph=True is not supported there); set "
+                "METAFUSE_VMAP_STRATEGY=batched to differentiate it again")
+        def one(i):
+            inputs, outputs = ctx.chunks[i]
+            start, stop = ctx.bounds[i]
+            pairs = [(o, g.narrow(d, start, stop - start))
+                     for o, g, d in zip(outputs, grad_outputs, ctx.out_dims)
+                     if o.requires_grad and g is not None]
+            wanted = [t for t in inputs if t.requires_grad]
+            if not pairs or not wanted:
+                return [None] * len(inputs)
+            found = iter(torch.autograd.grad([o for o, _ in pairs], wanted,
+                                             [g for _, g in pairs], allow_unused=True))
+            return [next(found) if t.requires_grad else None for t in inputs]
+
+        per_chunk = _on_threads([lambda i=i: one(i) for i in range(len(ctx.chunks))])
+        grads = []
+        for j, dim in enumerate(ctx.leaf_dims):
+            pieces = [chunk[j] for chunk in per_chunk]
+            if all(p is None for p in pieces):
+                grads.append(None)
+                continue
+            inputs = [ctx.chunks[i][0][j] for i in range(len(per_chunk))]
+            pieces = [torch.zeros_like(x) if p is None else p for p, x in zip(pieces, inputs)]
+            if dim is None:  # shared: chunk 0 first, then each next one
+                total = pieces[0]
+                for p in pieces[1:]:
+                    total = total + p
+                grads.append(total)
+            else:
+                grads.append(torch.cat(pieces, dim=dim))
+        ctx.chunks = None
+        return (None, *grads)
+
+
+def _unflatten_args(specs, leaves):
+    args, k = [], 0
+    for spec, count in specs:
+        args.append(_tree.unflatten(spec, leaves[k:k + count]))
+        k += count
+    return args
+
+
+def run_in_parallel(run, args, dims, bounds, out_dims):
+    """``run`` (a batched function of the arguments) on each chunk of tasks,
+    the chunks on as many threads, as one autograd node.
+
+    Args:
+        run: called with one chunk's arguments (a compiled batched program:
+            each chunk size's must be compiled before, tracing is not
+            thread-safe).
+        args: the call's arguments (pytrees of tensors).
+        dims: each argument's mapped dimension or None (shared).
+        bounds: [(start, stop)] of the chunks (``chunk_bounds``).
+        out_dims: count -> each output's dimension of tasks.
+
+    Returns:
+        The outputs, as ``run`` structures them, chunks concatenated.
+    """
+    leaves, specs, leaf_dims = [], [], []
+    for arg, dim in zip(args, dims):
+        flat, spec = _tree.flatten(arg)
+        specs.append((spec, len(flat)))
+        leaves.extend(flat)
+        leaf_dims.extend([dim] * len(flat))
+    holder = {}
+
+    def recording_run(*chunk_args):
+        out = run(*chunk_args)
+        holder.setdefault("spec", _tree.flatten(out)[1])
+        return out
+
+    merged = _Chunks.apply((recording_run, specs, leaf_dims, bounds, out_dims,
+                            torch.is_grad_enabled()), *leaves)
+    return _tree.unflatten(holder["spec"], list(merged))
