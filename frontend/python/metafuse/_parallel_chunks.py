@@ -47,7 +47,7 @@ def chunk_bounds(size, chunks):
 
 def _pool(workers):
     # Each chunk thread runs its operations on 1 intra-op thread: the chunks
-    # are the parallelism (the calling thread keeps its own setting).
+    # are the parallelism.
     with _POOL_LOCK:
         if not _POOL or _POOL[0]._max_workers < workers:
             if _POOL:
@@ -59,17 +59,16 @@ def _pool(workers):
 
 
 def _on_threads(calls):
-    """Runs the callables, all but the last on the pool, the last here;
-    their results in order (the first exception is raised after all end)."""
-    futures = [_pool(len(calls) - 1).submit(call) for call in calls[:-1]]
-    try:
-        last = calls[-1]()
-    finally:
-        done = [f.exception() for f in futures]  # waits for every one
-    for error in done:
+    """Runs the callables on the pool's threads at once (this thread waits:
+    changing its own intra-op thread count per call would cost more, torch
+    rebuilds a thread pool on every change); their results in order, the
+    first exception raised after all end."""
+    futures = [_pool(len(calls)).submit(call) for call in calls]
+    errors = [f.exception() for f in futures]  # waits for every one
+    for error in errors:
         if error is not None:
             raise error
-    return [f.result() for f in futures] + [last]
+    return [f.result() for f in futures]
 
 
 def _chunk_args(leaves, leaf_dims, start, stop):
