@@ -24,7 +24,8 @@ eagerly; what functorch cannot batch runs as a loop over the tasks.
 
 A cost check keeps batching from making a call slower. The first call with
 a set of shapes times the batched program against the alternatives that
-apply, each a call and its backward, and keeps the fastest
+apply, each a call and its backward (the fastest of up to 3 timed calls),
+and keeps the fastest
 (``strategies()`` reports the times; METAFUSE_VMAP_STRATEGY=batched|tasks|
 parallel overrides the measurement):
 
@@ -187,7 +188,7 @@ class BatchedFunction:
     def _choose_strategy(self, key, args, dims, size):
         """The first call with these shapes: the batched program, and where
         an alternative applies (module docstring) the alternatives too,
-        each run with its backward once to compile and once timed; the
+        each run with its backward once to compile and up to 3 times timed; the
         fastest's result is returned."""
         batched = self._program_for(args, dims)
         out = batched(*args)
@@ -207,17 +208,20 @@ class BatchedFunction:
                   if isinstance(t, torch.Tensor) and t.requires_grad]
 
         def seconds(run):
-            """One call and its backward (gradients discarded, nothing
-            accumulated), after an untimed one that compiles."""
-            for _ in range(2):
+            """A call and its backward (gradients discarded, nothing
+            accumulated), after an untimed one that compiles: the fastest
+            of up to 3 timed ones, as many as fit in 50 ms (one for a
+            call that long: a short call is the noisy one)."""
+            timed = []
+            while len(timed) < 4 and (len(timed) < 2 or sum(timed[1:]) < 0.05):
                 start = time.perf_counter()
                 outputs = [t for t in _tree.leaves(run())
                            if isinstance(t, torch.Tensor) and t.requires_grad]
                 if outputs and inputs:
                     torch.autograd.grad(outputs, inputs, [torch.ones_like(t) for t in outputs],
                                         allow_unused=True)
-                elapsed = time.perf_counter() - start
-            return elapsed
+                timed.append(time.perf_counter() - start)
+            return min(timed[1:])
 
         record = {"batched_s": seconds(lambda: batched(*args))}
         for name, run in candidates.items():
