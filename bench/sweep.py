@@ -413,6 +413,8 @@ def time_cell(model, opt, repeats):
         c = cells[v.name]
         c["median_ms"] = statistics.median(c["times_ms"]) if c["times_ms"] else None
         c["compile_count"] = v.compile_count()
+        if v.batched is not None:  # what metafuse.vmap's cost check chose, with its times
+            c["strategies"] = v.batched.strategies()
         if v.name in COMPILED:
             c["fallback"] = sorted(set(c["fallback"]) | {m for m in later if v.name in m})
     return cells
@@ -487,6 +489,10 @@ def cell_note(c):
         notes.append("fallback: " + "; ".join(m.split(": ", 1)[-1][:160] for m in c["fallback"]))
     if c.get("compile_count") not in (None, 1):
         notes.append(f"compiled {c['compile_count']} times")
+    for record in c.get("strategies") or []:
+        times = ", ".join(f"{k[:-2]} {v * 1e3:.0f} ms" for k, v in record.items()
+                          if k.endswith("_s"))
+        notes.append(f"ran as {record['strategy']}" + (f" ({times})" if times else ""))
     if c.get("grad_max_rel_diff", 0) > GRAD_TOLERANCE:
         notes.append("GRADIENT MISMATCH")
     return "; ".join(notes)
