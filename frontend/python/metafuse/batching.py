@@ -22,24 +22,22 @@ Fallbacks, each after one CompilationFallbackWarning naming the reason, never
 a wrong result: what metafuse.compile cannot compile runs functorch.vmap
 eagerly; what functorch cannot batch runs as a loop over the tasks.
 
-A cost check keeps batching from making a call slower. The first call with
-a set of shapes times the batched program against the alternatives that
-apply, each a call and its backward (the fastest of up to 3 timed calls),
-and keeps the fastest
-(``strategies()`` reports the times; METAFUSE_VMAP_STRATEGY=batched|tasks|
-parallel overrides the measurement):
+A cost check keeps batching from making a call slower: task batching turns
+a task's convolutions into convolutions grouped over the tasks, which
+LibTorch 1.13 runs several times slower than one convolution per task
+(docs/sweep.md). Where the batched program has grouped convolutions, the
+first call with a set of shapes times it against the same function compiled
+for one task and run task after task, each a call and its backward (the
+fastest of up to 3 timed calls), and keeps the faster (``strategies()``
+reports both times; METAFUSE_VMAP_STRATEGY=batched|tasks overrides the
+measurement).
 
-- "tasks", where the batched program has grouped convolutions: task
-  batching turns a task's convolutions into convolutions grouped over the
-  tasks, which LibTorch 1.13 runs several times slower than one convolution
-  per task (docs/sweep.md); the function compiled for one task, run task
-  after task, may win.
-- "parallel", where torch has more than one thread and the tensors are on
-  the CPU: the meta-batch split into one chunk of tasks per thread, each
-  chunk's batched program run on its own thread, forward and backward
-  (``_parallel_chunks``): a small meta-batch has no operation big enough
-  to split over threads. Its meta-gradient is first-order: a backward with
-  create_graph=True raises, naming METAFUSE_VMAP_STRATEGY=batched.
+METAFUSE_VMAP_STRATEGY=parallel splits the meta-batch into one chunk of
+tasks per thread, each chunk's batched program run on its own thread,
+forward and backward (``_parallel_chunks``; CPU, first-order: a backward
+with create_graph=True raises). It is opt-in: on this project's 2-core
+machine it measured no faster than the one batched program
+(bench/vmap_parallel.py).
 """
 
 import numbers
@@ -61,8 +59,8 @@ _RANDOMNESS = ("error", "different", "same")
 
 STRATEGY_VARIABLE = "METAFUSE_VMAP_STRATEGY"
 _STRATEGIES = ("auto", "batched", "tasks", "parallel")
-# An alternative must be this much faster than the batched program to be
-# chosen: one timed call each decides, so a near tie keeps the one program.
+# The task loop must be this much faster than the batched program to be
+# chosen: a near tie keeps the one program.
 _TASKS_MARGIN = 1.1
 
 
@@ -180,28 +178,18 @@ class BatchedFunction:
         if record is not None:
             if record["strategy"] == "tasks":
                 return self._task_loop(args, dims)
-            if record["strategy"] == "parallel":
-                return self._parallel(args, dims, size)
             return self._program_for(args, dims)(*args)
         return self._choose_strategy(key, args, dims, size)
 
     def _choose_strategy(self, key, args, dims, size):
         """The first call with these shapes: the batched program, and where
-        an alternative applies (module docstring) the alternatives too,
-        each run with its backward once to compile and up to 3 times timed; the
-        fastest's result is returned."""
+        it has grouped convolutions also the task loop, each run with its
+        backward once to compile and up to 3 times timed; the faster's
+        result is returned."""
         batched = self._program_for(args, dims)
         out = batched(*args)
-        candidates = {}
-        if _has_grouped_convolutions(batched, args):
-            candidates["tasks"] = lambda: self._task_loop(args, dims)
-        on_cpu = all(t.device.type == "cpu" for arg in args for t in _tree.leaves(arg)
-                     if isinstance(t, torch.Tensor))
-        if torch.get_num_threads() > 1 and size > 1 and on_cpu:  # a GPU's streams do this
-            candidates["parallel"] = lambda: self._parallel(args, dims, size)
-        if not candidates:
-            self._strategies[key] = {"strategy": "batched", "reason": "no grouped convolution"
-                                     + ("" if size < 2 else ", one thread")}
+        if not _has_grouped_convolutions(batched, args):
+            self._strategies[key] = {"strategy": "batched", "reason": "no grouped convolution"}
             return out
         del out
         inputs = [t for arg in args for t in _tree.leaves(arg)
@@ -223,22 +211,13 @@ class BatchedFunction:
                 timed.append(time.perf_counter() - start)
             return min(timed[1:])
 
-        record = {"batched_s": seconds(lambda: batched(*args))}
-        for name, run in candidates.items():
-            record[f"{name}_s"] = seconds(run)
-        strategy = "batched"
-        for name in candidates:
-            if record[f"{name}_s"] * _TASKS_MARGIN < record[f"{strategy}_s"]:
-                strategy = name
-        reasons = (["grouped convolutions"] if "tasks" in candidates else []) + (
-            [f"{torch.get_num_threads()} threads"] if "parallel" in candidates else [])
-        self._strategies[key] = {"strategy": strategy, "reason": ", ".join(reasons) + ", timed",
-                                 **record, "tasks": size}
-        if strategy == "tasks":
-            return self._task_loop(args, dims)
-        if strategy == "parallel":
-            return self._parallel(args, dims, size)
-        return batched(*args)
+        batched_s = seconds(lambda: batched(*args))
+        tasks_s = seconds(lambda: self._task_loop(args, dims))
+        strategy = "tasks" if tasks_s * _TASKS_MARGIN < batched_s else "batched"
+        self._strategies[key] = {
+            "strategy": strategy, "reason": "grouped convolutions, timed",
+            "batched_s": batched_s, "tasks_s": tasks_s, "tasks": size}
+        return self._task_loop(args, dims) if strategy == "tasks" else batched(*args)
 
     def _parallel(self, args, dims, size):
         """The batched program on one chunk of tasks per thread, the chunks

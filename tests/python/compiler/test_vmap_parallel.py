@@ -1,8 +1,7 @@
 """metafuse.vmap's "parallel" strategy (_parallel_chunks): one chunk of
 tasks per thread, each chunk's batched program run on its own thread,
-forward and backward. Every result against the per-task loop (float64,
-1e-10); at 2 threads the cost check times it against the one batched
-program."""
+forward and backward, opt-in (METAFUSE_VMAP_STRATEGY=parallel). Every
+result against the per-task loop (float64, 1e-10)."""
 
 import pytest
 import torch
@@ -89,19 +88,12 @@ def test_the_meta_gradient_of_a_parallel_call_is_first_order(monkeypatch, two_th
         torch.autograd.grad(losses.sum(), list(params.values()), create_graph=True)
 
 
-def test_at_two_threads_the_cost_check_times_the_chunks(monkeypatch, two_threads):
+def test_parallel_chunks_are_opt_in(monkeypatch, two_threads):
+    # Measured no faster than the one program on 2 cores (bench/vmap_parallel.py):
+    # the cost check does not time them.
     monkeypatch.delenv(VARIABLE, raising=False)
-    params, task_loss, per_task = maml()
-    tasks = tuple(torch.cat([t] * 4) for t in regression_tasks())  # 16 tasks
-    losses = task_loss(params, *tasks)
-    [record] = task_loss.strategies()
-    assert record["reason"] == "2 threads, timed", record
-    assert record["batched_s"] > 0 and record["parallel_s"] > 0 and record["tasks"] == 16
-    assert record["strategy"] == ("parallel" if record["parallel_s"] * 1.1 < record["batched_s"]
-                                  else "batched")
-    expected = per_task(params, *tasks)
-    torch.testing.assert_close(losses, expected, rtol=1e-10, atol=1e-12)
-    assert_all_close(meta_gradient(losses, params), meta_gradient(expected, params))
-    count = task_loss.compile_count
-    task_loss(params, *tasks)  # the choice is kept
-    assert task_loss.compile_count == count and len(task_loss.strategies()) == 1
+    params, task_loss, _ = maml()
+    task_loss(params, *(torch.cat([t] * 4) for t in regression_tasks()))  # 16 tasks
+    assert task_loss.strategies() == [{"strategy": "batched",
+                                       "reason": "no grouped convolution"}]
+    assert task_loss.compile_count == 1
