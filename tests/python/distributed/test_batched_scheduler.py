@@ -97,3 +97,6 @@ def test_batched_shares_change_only_for_a_real_gain():
     assert sticky_sizes([3, 3], [4, 2], [1.0, 2.0]) == [4, 2]
     # 12.0 -> 11.0 is 8% shorter: not enough.
     assert sticky_sizes([10, 10], [11, 9], [1.0, 1.2]) == [10, 10]
+    # A latency counts: 6 + 200 * 0.08 = 22 against max(238 * 0.08, 6 + 162 * 0.08) = 19.04.
+    assert sticky_sizes([200, 200], [238, 162], [0.08, 0.08], latencies=[0.0, 6.0]) == [238, 162]
+    assert sticky_sizes([200, 200], [238, 162], [0.08, 0.08]) == [200, 200]

@@ -61,8 +61,8 @@ def test_scheduler_partitions_and_is_deterministic(seen):
 def test_scheduler_with_an_eager_task_and_balancing(seen):
     assert seen["scheduler_callable_error"] < 1e-12
     assert seen["scheduler_costs_measured"]
-    assert seen["scheduler_waited_covers_compute"]
-    assert seen["scheduler_local_cost_is_its_run"]
+    assert seen["scheduler_costs_are_compute"]
+    assert seen["scheduler_latencies"] == (0.0, True)
 
 
 def test_an_exception_in_a_worker_arrives_with_its_traceback(seen):

@@ -159,6 +159,14 @@ def test_load_shares_follow_measured_cost():
     assert partition_sizes(9, [1.0, 2.0]) == [6, 3]
     assert partition_sizes(5, [1.0, 1.0]) == [3, 2]
     assert sum(partition_sizes(7, [0.3, 0.5, 0.9])) == 7
+    # With latencies all finish together: 4 + 0.08 * n1 = 0.08 * n0 at 400
+    # tasks gives 225 / 175; a latency past the finish time gets nothing.
+    assert partition_sizes(400, [0.08, 0.08], [0.0, 4.0]) == [225, 175]
+    assert partition_sizes(10, [1.0, 1.0, 1.0], [0.0, 0.0, 50.0]) == [5, 5, 0]
+    assert partition_sizes(6, [1.0, 1.0], [0.0, 0.0]) == partition_sizes(6, [1.0, 1.0])
+    # In granules of 13 tasks, the remainder to the last worker with a share.
+    assert partition_sizes(400, [0.08, 0.08], [0.0, 4.0], granule=13) == [221, 179]
+    assert partition_sizes(400, [1.0, 1.0, 1.0], [0.0, 0.0, 500.0], granule=13) == [195, 205, 0]
 
 
 def test_remote_call_rejects_a_bad_partitioner():

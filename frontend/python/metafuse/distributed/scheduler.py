@@ -29,14 +29,16 @@ size, and loaded there once; the parameters get a task dimension on the
 worker, so the program's gradient is per task and the caller's sum order is
 the same as in per-task mode.
 
-Balancing: each worker's measured seconds per task (a running average)
-sets its share of the next meta-batch. What is measured is what the caller
-waits for: for a remote worker, from sending its request to holding its
-answer (RPC, transfers and its queue included), for the caller's own share
-its run. In batched mode, where a new share size is a new program to
-compile and ship (about a second here), shares stay equal unless
-``balance=True``, and then change only when the predicted step is 10%
-shorter (``sticky_sizes``), never on a program's first run. Failures: a worker that does not
+Balancing: two running averages per worker set the next meta-batch's
+shares (``partition_sizes``): its compute seconds per task, measured where
+it ran, and its latency, what the caller waits for besides that compute
+(from sending the request to holding the answer: RPC, transfers, queue; 0
+for the caller's own share). Each worker then gets as many tasks as make
+all of them finish together. In batched mode, where a new share size is a
+new program to compile and ship (about a second here), shares move in
+whole gradient blocks, only when the predicted step is 10% shorter
+(``sticky_sizes``), and a program's first run is never measured; sizes
+already shipped cost nothing to return to. Failures: a worker that does not
 answer within ``timeout`` or whose process is gone raises WorkerError
 naming it; an exception inside a task arrives with the worker's
 traceback. ``remove_worker`` lets the caller go on with the others.
@@ -64,25 +66,47 @@ __all__ = ["TaskScheduler", "partition_sizes", "sticky_sizes"]
 _KEYS = itertools.count()
 
 
-def partition_sizes(count, costs):
-    """How many tasks each worker gets: shares inversely proportional to
-    the seconds per task, rounded by largest remainder (ties to the
-    earlier worker).
+def partition_sizes(count, costs, latencies=None, granule=1):
+    """How many tasks each worker gets so that all finish together: worker
+    w takes ``latencies[w] + size * costs[w]`` seconds, so its share is
+    ``(T - latency) / cost`` for the common finish time T (a worker whose
+    latency alone exceeds T gets none); rounded by largest remainder (ties
+    to the earlier worker). Without latencies: shares inversely
+    proportional to the seconds per task.
 
     Args:
         count: the number of tasks.
         costs: seconds per task of each worker (positive floats).
+        latencies: seconds each worker's step costs besides its tasks (the
+            RPC round trip; 0 for the caller's own share), or None.
+        granule: shares in multiples of this many tasks (the remainder of
+            ``count`` to the last worker with a share): fewer distinct share
+            sizes, so fewer batched programs.
 
     Returns:
         A list of ints summing to ``count``.
     """
-    speeds = [1.0 / c for c in costs]
-    total = sum(speeds)
-    exact = [count * s / total for s in speeds]
+    latencies = [0.0] * len(costs) if latencies is None else list(latencies)
+    active = list(range(len(costs)))
+    while True:  # drop the workers whose latency is past the finish time
+        finish = ((count + sum(latencies[i] / costs[i] for i in active))
+                  / sum(1.0 / costs[i] for i in active))
+        late = [i for i in active if latencies[i] >= finish]
+        if not late or len(late) == len(active):
+            break
+        active = [i for i in active if i not in late]
+    exact = [max(0.0, (finish - latencies[i]) / costs[i]) if i in active else 0.0
+             for i in range(len(costs))]
+    units = count // granule
+    scale = units / sum(exact)
+    exact = [e * scale for e in exact]
     sizes = [int(e) for e in exact]
     order = sorted(range(len(costs)), key=lambda i: (-(exact[i] - sizes[i]), i))
-    for i in order[:count - sum(sizes)]:
+    for i in order[:units - sum(sizes)]:
         sizes[i] += 1
+    sizes = [size * granule for size in sizes]
+    last = max((i for i, size in enumerate(sizes) if size), default=len(sizes) - 1)
+    sizes[last] += count - sum(sizes)
     return sizes
 
 
@@ -91,22 +115,26 @@ def _skeleton(params):
     return _tree.unflatten(_tree.structure(params), list(range(len(_tree.leaves(params)))))
 
 
-def sticky_sizes(current, proposed, costs, gain=0.1):
+def sticky_sizes(current, proposed, costs, gain=0.1, latencies=None):
     """The shares of the next split in batched mode, where a new share size
     is a new program to compile and ship: ``proposed`` only if it shortens
-    the predicted step (the slowest worker's share times its seconds per
-    task) by more than ``gain``, else ``current``.
+    the predicted step (the slowest worker's latency plus its share times
+    its seconds per task) by more than ``gain``, else ``current``.
 
     Args:
         current, proposed: tasks per worker (lists of ints, same length).
         costs: each worker's seconds per task.
         gain: the fraction the predicted step must shrink by.
+        latencies: each worker's seconds besides its tasks, or None (0).
 
     Returns:
         ``current`` or ``proposed``.
     """
+    latencies = [0.0] * len(costs) if latencies is None else latencies
+
     def step(sizes):
-        return max(size * cost for size, cost in zip(sizes, costs))
+        return max(latency + size * cost
+                   for size, cost, latency in zip(sizes, costs, latencies) if size)
     return proposed if step(proposed) < (1 - gain) * step(current) else current
 
 
@@ -206,12 +234,10 @@ class TaskScheduler:
         reduction: ``"mean"`` or ``"sum"`` of the task losses (``__call__``).
         timeout: seconds a worker may take per meta-step (default: 30, or
             METAFUSE_RPC_TIMEOUT).
-        balance: re-split by measured cost after every meta-step (else equal
-            shares). Default: True per task, False batched (there a new
-            share size is a new program to compile, and the measured costs
-            vary more than a re-split gains: on the benchmark it moved the
-            split every few steps; with True it re-splits only for a 10%
-            shorter predicted step).
+        balance: re-split by measured cost and latency after every
+            meta-step (default True; False: equal shares). Batched, shares
+            move in whole gradient blocks and only for a 10% shorter
+            predicted step.
         batched: run each worker's share as one batched program (a
             ``metafuse.vmap`` of the task, see the module docstring); the
             task must compile with ``metafuse.compile`` (a plain function or
@@ -267,11 +293,12 @@ class TaskScheduler:
             raise ValueError("TaskScheduler: `workers` must name at least one worker")
         self.task, self.reduction, self.batched, self.block = task, reduction, batched, block
         self.worker_devices = bool(worker_devices)
-        self.balance = (not batched) if balance is None else bool(balance)
+        self.balance = True if balance is None else bool(balance)
         self.timeout = default_timeout() if timeout is None else float(timeout)
         self._me = me
         self._workers = sorted({i.id: i for i in infos}.values(), key=lambda i: i.id)
-        self._costs = {}
+        self._costs = {}  # worker id -> its compute seconds per task (running average)
+        self._latency = {}  # worker id -> seconds it adds besides its tasks (RPC; 0 here)
         self._registered = {}  # worker id -> (key, guard)
         self._key = f"{me.name}:{os.getpid()}:{next(_KEYS)}"
         self._payload = None
@@ -317,6 +344,7 @@ class TaskScheduler:
                              "the job instead")
         self._workers = keep
         self._costs = {k: v for k, v in self._costs.items() if any(w.id == k for w in keep)}
+        self._latency = {k: v for k, v in self._latency.items() if k in self._costs}
 
     def __call__(self, params, *task_batch):
         """The reduced (mean or sum) loss of the tasks; differentiable with
@@ -457,11 +485,16 @@ class TaskScheduler:
         ids = [w.id for w in self._workers]
         measured = self.balance and all(i in self._costs for i in ids)
         costs = [self._costs[i] if measured else 1.0 for i in ids]
-        sizes = partition_sizes(count, costs)
+        latencies = [self._latency.get(i, 0.0) if measured else 0.0 for i in ids]
+        # Batched, measured shares move in whole gradient blocks (when the
+        # meta-batch has at least 4 per worker): fewer sizes, fewer programs.
+        block = self._block_size(count)
+        granule = block if self.batched and measured and count // block >= 4 * len(ids) else 1
+        sizes = partition_sizes(count, costs, latencies, granule=granule)
         if self.batched:
             last = self._sizes
             if last is not None and last[:2] == (count, ids):
-                sizes = sticky_sizes(last[2], sizes, costs)
+                sizes = sticky_sizes(last[2], sizes, costs, latencies=latencies)
             self._sizes = (count, ids, sizes)
         bounds, start = [], 0
         for w, size in zip(self._workers, sizes):
@@ -511,9 +544,11 @@ class TaskScheduler:
                 # little of its later ones: it would move the split again.
                 self._sizes_run.add((w.id, b - a))
                 continue
-            seconds = waited.get(w.id, results[w.id][2]) / (b - a)
-            old = self._costs.get(w.id)
-            self._costs[w.id] = seconds if old is None else 0.5 * old + 0.5 * seconds
+            compute = results[w.id][2]
+            latency = max(0.0, waited.get(w.id, compute) - compute)
+            for table, value in ((self._costs, compute / (b - a)), (self._latency, latency)):
+                old = table.get(w.id)
+                table[w.id] = value if old is None else 0.5 * old + 0.5 * value
         self.last_gradient_rows = {w.name: (results[w.id][1][0].shape[0] if want_grads else 0)
                                    for w, _, _ in parts}
         losses = torch.cat([results[w.id][0] for w, _, _ in parts])
