@@ -26,6 +26,7 @@ import threading
 import torch
 
 from metafuse import tree as _tree
+from metafuse._task_arguments import apply_to_arguments, unflatten_arguments
 
 __all__ = ["chunk_bounds", "run_in_parallel"]
 
@@ -89,7 +90,7 @@ class _Chunks(torch.autograd.Function):
         def one(start, stop):
             inputs = _chunk_args(leaves, leaf_dims, start, stop)
             with torch.set_grad_enabled(grad_enabled):
-                outputs, out_spec = _tree.flatten(run(*_unflatten_args(specs, inputs)))
+                outputs, out_spec = _tree.flatten(run(*unflatten_arguments(specs, inputs)))
             return inputs, outputs, out_spec
 
         results = _on_threads([lambda a=a, b=b: one(a, b) for a, b in bounds])
@@ -142,14 +143,6 @@ class _Chunks(torch.autograd.Function):
         return (None, *grads)
 
 
-def _unflatten_args(specs, leaves):
-    args, k = [], 0
-    for spec, count in specs:
-        args.append(_tree.unflatten(spec, leaves[k:k + count]))
-        k += count
-    return args
-
-
 def run_in_parallel(run, args, dims, bounds, out_dims):
     """``run`` (a batched function of the arguments) on each chunk of tasks,
     the chunks on as many threads, as one autograd node.
@@ -166,19 +159,5 @@ def run_in_parallel(run, args, dims, bounds, out_dims):
     Returns:
         The outputs, as ``run`` structures them, chunks concatenated.
     """
-    leaves, specs, leaf_dims = [], [], []
-    for arg, dim in zip(args, dims):
-        flat, spec = _tree.flatten(arg)
-        specs.append((spec, len(flat)))
-        leaves.extend(flat)
-        leaf_dims.extend([dim] * len(flat))
-    holder = {}
-
-    def recording_run(*chunk_args):
-        out = run(*chunk_args)
-        holder.setdefault("spec", _tree.flatten(out)[1])
-        return out
-
-    merged = _Chunks.apply((recording_run, specs, leaf_dims, bounds, out_dims,
-                            torch.is_grad_enabled()), *leaves)
-    return _tree.unflatten(holder["spec"], list(merged))
+    return apply_to_arguments(_Chunks, run, args, dims, bounds, out_dims,
+                              torch.is_grad_enabled())

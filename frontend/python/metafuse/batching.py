@@ -50,6 +50,7 @@ import torch
 
 from metafuse import _batched_tensors
 from metafuse import _parallel_chunks
+from metafuse import _task_gradients
 from metafuse import tree as _tree
 from metafuse.compiler import CompilationFallbackWarning, CompiledFunction
 
@@ -119,6 +120,7 @@ class BatchedFunction:
         self._loop_reason = None  # why functorch could not batch fn, once known
         self._strategies = {}  # (program key, shapes) -> the cost check's record
         self._task_programs = {}  # program key -> CompiledFunction of fn for one task
+        self._scalar_tasks = {}  # program key -> False once a task returned no single scalar
 
     @property
     def compile_count(self):
@@ -237,12 +239,23 @@ class BatchedFunction:
 
     def _task_loop(self, args, dims):
         """``fn`` compiled for one task (metafuse.compile), run task after
-        task; outputs stacked."""
+        task; outputs stacked. Where each task returns one differentiable
+        scalar and a gradient may follow, each task's gradient is taken as
+        it runs and its graph freed (_task_gradients)."""
         key = self._program_key(args, dims)
         compiled = self._task_programs.get(key)
         if compiled is None:
             compiled = CompiledFunction(self.fn, key[2], closure_owner=self._closure_owner)
             self._task_programs[key] = compiled
+        wants_grad = torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad
+            for arg in args for t in _tree.leaves(arg))
+        if wants_grad and self._scalar_tasks.get(key, True):
+            try:
+                return _task_gradients.run_tasks_with_gradients(
+                    compiled, args, dims, self._batch_size(args, dims), self._out_dims)
+            except _task_gradients.NotOneScalar:
+                self._scalar_tasks[key] = False
         return self._each_task(compiled, args, dims)
 
     def strategies(self):
