@@ -115,6 +115,13 @@ def batched_world():
             _reduced_meta_gradient(scheduler, params, batch), ref)
         out[f"elsewhere runs {mode}"] = torch.distributed.rpc.rpc_sync(
             1, registered_kind, args=(scheduler._key,))
+    # worker_devices=False: shares run where the tensors arrive (the same
+    # program, the same result on a CPU-only machine).
+    for mode in ("per task", "batched"):
+        scheduler = todist.TaskScheduler(compiled_task_loss, batched=mode == "batched",
+                                         worker_devices=False)
+        out[f"arrival device error {mode}"] = relative_error(
+            _reduced_meta_gradient(scheduler, params, batch), ref)
     # A task that does not compile batched: a clear error, per-task mode still works.
     try:
         todist.TaskScheduler(eager_task_loss, batched=True)(params, *batch)

@@ -59,6 +59,11 @@ def test_a_worker_on_another_device_compiles_the_function_there(seen):
     assert seen["elsewhere runs batched"] == ["BatchedFunction"]
 
 
+def test_without_worker_devices_shares_run_where_the_tensors_arrive(seen):
+    assert seen["arrival device error per task"] < 1e-12
+    assert seen["arrival device error batched"] < 1e-12
+
+
 def test_per_task_mode_is_kept(seen):
     assert seen["per-task error"] < 1e-12
 
