@@ -30,7 +30,7 @@ from metafuse._task_arguments import apply_to_arguments, unflatten_arguments
 
 __all__ = ["chunk_bounds", "run_in_parallel"]
 
-_POOL = []  # [ThreadPoolExecutor], made on first use, grown to the threads asked for
+_POOL = []  # [(threads, ThreadPoolExecutor)], made on first use, grown when more are asked
 _POOL_LOCK = threading.Lock()
 
 
@@ -50,13 +50,13 @@ def _pool(workers):
     # Each chunk thread runs its operations on 1 intra-op thread: the chunks
     # are the parallelism.
     with _POOL_LOCK:
-        if not _POOL or _POOL[0]._max_workers < workers:
+        if not _POOL or _POOL[0][0] < workers:
             if _POOL:
-                _POOL.pop().shutdown(wait=False)
-            _POOL.append(concurrent.futures.ThreadPoolExecutor(
+                _POOL.pop()[1].shutdown(wait=False)
+            _POOL.append((workers, concurrent.futures.ThreadPoolExecutor(
                 max_workers=workers, thread_name_prefix="metafuse-chunk",
-                initializer=torch.set_num_threads, initargs=(1,)))
-        return _POOL[0]
+                initializer=torch.set_num_threads, initargs=(1,))))
+        return _POOL[0][1]
 
 
 def _on_threads(calls):

@@ -228,7 +228,7 @@ class BatchedFunction:
         bounds = _parallel_chunks.chunk_bounds(size, min(torch.get_num_threads(), size))
         for start, stop in {stop - start: (start, stop) for start, stop in bounds}.values():
             chunk = self._narrow(args, dims, start, stop)
-            if program.guard(*chunk) not in program._programs:
+            if not program.has_program(*chunk):
                 program(*chunk)  # compiles: tracing runs on one thread only
         return _parallel_chunks.run_in_parallel(program, args, dims, bounds, self._out_dims)
 

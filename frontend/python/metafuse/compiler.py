@@ -385,11 +385,6 @@ class CompiledInnerLoop(_CompiledBase):
     def _subject(self):
         return "the inner loop"
 
-    def guard(self, *args):
-        """What a call with ``args`` is specialized on (the key of its
-        program: structures, closed-over names, shapes, dtypes, devices)."""
-        return self._flatten(args)[4]
-
     def _entry_and_leaves(self, args):
         params, batch = args[0], args[1:]
         self._call(params, batch)  # makes self._fast for this guard when compiled
@@ -540,10 +535,10 @@ class CompiledFunction(_CompiledBase):
                  _describe(extras))
         return flat, specs, keys, extras, guard
 
-    def guard(self, *args):
-        """What a call with ``args`` is specialized on (the key of its
-        program: structures, closed-over names, shapes, dtypes, devices)."""
-        return self._flatten(args)[4]
+    def has_program(self, *args):
+        """Whether a call with ``args`` has been compiled (or has fallen
+        back) already: its guard is known."""
+        return self._flatten(args)[4] in self._programs
 
     def _entry_and_leaves(self, args):
         flat, _, _, extras, guard = self._flatten(args)

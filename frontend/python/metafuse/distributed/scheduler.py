@@ -154,17 +154,24 @@ def _artifact_bytes(compiled, *example_args):
         os.unlink(path)
 
 
+def _dispatch_and_save(ctx, scheduler, batch, param_leaves, block):
+    """The two nodes' forward: the meta-batch run by the scheduler, its
+    gradients (per task, or totals with ``block``) saved; the losses."""
+    want = any(t.requires_grad for t in param_leaves) and scheduler._grad_mode
+    losses, grads = scheduler._dispatch([t.detach() for t in param_leaves], batch, want,
+                                        block=block)
+    ctx.save_for_backward(*grads)
+    ctx.leaf_count = len(param_leaves)
+    return losses
+
+
 class _RemoteTasks(torch.autograd.Function):
     """One node for a meta-batch: forward = the losses from the workers,
     backward = the per-task gradients weighted by the incoming gradient."""
 
     @staticmethod
     def forward(ctx, scheduler, batch, *param_leaves):
-        want = any(t.requires_grad for t in param_leaves) and scheduler._grad_mode
-        losses, grads = scheduler._dispatch([t.detach() for t in param_leaves], batch, want)
-        ctx.save_for_backward(*grads)
-        ctx.leaf_count = len(param_leaves)
-        return losses
+        return _dispatch_and_save(ctx, scheduler, batch, param_leaves, block=None)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -182,12 +189,9 @@ class _ReducedRemoteTasks(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, scheduler, batch, *param_leaves):
-        want = any(t.requires_grad for t in param_leaves) and scheduler._grad_mode
         count = batch[0].shape[0]
-        losses, totals = scheduler._dispatch([t.detach() for t in param_leaves], batch, want,
-                                             block=scheduler._block_size(count))
-        ctx.save_for_backward(*totals)
-        ctx.leaf_count = len(param_leaves)
+        losses = _dispatch_and_save(ctx, scheduler, batch, param_leaves,
+                                    block=scheduler._block_size(count))
         ctx.scale = 1.0 / count if scheduler.reduction == "mean" else 1.0
         return losses.mean() if scheduler.reduction == "mean" else losses.sum()
 
@@ -514,20 +518,19 @@ class TaskScheduler:
         remote = [p for p in parts if p[0].id != self._me.id]
         # Over RPC tensors travel on the CPU (no device maps); the caller's
         # own share keeps its tensors where they are.
-        sent = {w.id: (w.id == self._me.id) for w, _, _ in parts}
-        slices = {w.id: [t[a:b].contiguous() if sent[w.id] else t[a:b].cpu().contiguous()
+        slices = {w.id: [(t[a:b] if w.id == self._me.id else t[a:b].cpu()).contiguous()
                          for t in task_batch] for w, a, b in parts}
         shipped_leaves = [t.cpu() for t in param_leaves]
         blocks = {w.id: None if block is None else (a, block, count) for w, a, _ in parts}
         waited = {}  # worker id -> seconds from its request to its answer
         futures = []
         for w, _, _ in remote:
-            sent = time.perf_counter()
+            sent_at = time.perf_counter()
             future = rpc.rpc_async(w.id, run, args=(self._key, shipped_leaves, slices[w.id],
                                                     want_grads, blocks[w.id]),
                                    timeout=self.timeout)
             future.add_done_callback(
-                lambda _, i=w.id, t=sent: waited.setdefault(i, time.perf_counter() - t))
+                lambda _, i=w.id, t=sent_at: waited.setdefault(i, time.perf_counter() - t))
             futures.append(future)
         gathered = gather_futures(futures, [(w.name, w.id) for w, _, _ in remote])
         results = {}

@@ -18,7 +18,8 @@ first task, and a worker sends one row per block it holds whole and one row
 per task of a block it shares with a neighbour. Every block sum is the same
 pairwise sum of that block's task rows wherever it is taken
 (``block_sums``), so the caller's total is the same bits whatever the
-partition, and a share of 200 tasks answers with a dozen rows instead of 200.
+partition, and a share of 200 of 400 tasks answers with 20 to 23 rows
+instead of 200.
 
 Where the work runs: on one long-lived thread per process (the main thread
 when called there), never on the RPC thread that received the request, and
@@ -137,11 +138,10 @@ def _placed(placement):
     compiled on the caller fits it.
 
     Args:
-        placement: None (where the tensors arrive, the artifact as it is) or
-            (the device the caller compiled the artifact for, as a string,
-            or None for no artifact; the task function's (module, name) or
-            None):
-            on this worker's device
+        placement: None: where the tensors arrive, the artifact as it is.
+            Else (the device the caller compiled the artifact for, as a
+            string, or None for no artifact; the task function's (module,
+            name) or None): on this worker's device
             (``world.worker_device()``: its GPU where it has one).
 
     Returns:
@@ -193,10 +193,8 @@ def register(key, kind, payload, param_skeleton, placement=None):
         param_skeleton: the parameters' pytree with ints for leaves.
         placement: see ``_placed`` (for a callable, the device it runs on).
     """
-    if kind == "artifact":
-        device, function = _placed(placement)
-    else:  # a callable compiles (or runs eagerly) wherever its tensors are
-        device, function = _placed(None if placement is None else (None, None))[0], None
+    # (A callable's placement names no artifact: it runs where it is moved.)
+    device, function = _placed(placement)
     if function is not None:
         from metafuse.compiler import compile as compile_task
         task = compile_task(function)
