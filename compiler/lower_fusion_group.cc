@@ -68,21 +68,37 @@ std::optional<BroadcastAccess> ClassifyBroadcast(c10::IntArrayRef sizes,
   for (int64_t d = 0; d < rank; ++d) numel *= s[d], loop_numel *= loop[d];
   if (numel == loop_numel) return BroadcastAccess{kir::Access::kElement, 1};
   if (numel == 1) return BroadcastAccess{kir::Access::kBroadcast, 1};
-  // Inner: ones, then the loop's trailing dims.
-  int64_t k = rank;
-  while (k > 0 && s[k - 1] == loop[k - 1]) --k;
-  bool ones = true;
-  for (int64_t d = 0; d < k; ++d) ones = ones && s[d] == 1;
-  if (ones) return BroadcastAccess{kir::Access::kInner, numel};
-  // Outer: the loop's leading dims, then ones.
-  int64_t m = 0;
-  while (m < rank && s[m] == loop[m]) ++m;
-  int64_t inner = 1;
-  for (int64_t d = m; d < rank; ++d) {
-    if (s[d] != 1) return std::nullopt;
-    inner *= loop[d];
+  // The loop's dims of size > 1 in runs that the input matches (M) or
+  // broadcasts over (B); a dim of size 1 belongs to neither.
+  struct Run {
+    bool match;
+    int64_t size;
+  };
+  std::vector<Run> runs;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (loop[d] == 1) continue;
+    const bool match = s[d] == loop[d];
+    if (!runs.empty() && runs.back().match == match) {
+      runs.back().size *= loop[d];
+    } else {
+      runs.push_back({match, loop[d]});
+    }
   }
-  return BroadcastAccess{kir::Access::kOuter, inner};
+  const auto pattern = [&](std::initializer_list<bool> want) {
+    if (runs.size() != want.size()) return false;
+    size_t r = 0;
+    for (bool m : want) if (runs[r++].match != m) return false;
+    return true;
+  };
+  if (pattern({false, true})) return BroadcastAccess{kir::Access::kInner, runs[1].size};
+  if (pattern({true, false})) return BroadcastAccess{kir::Access::kOuter, runs[1].size};
+  if (pattern({true, false, true})) {
+    return BroadcastAccess{kir::Access::kMiddle, runs[2].size, runs[1].size};
+  }
+  if (pattern({false, true, false})) {
+    return BroadcastAccess{kir::Access::kPeriodic, runs[2].size, runs[1].size};
+  }
+  return std::nullopt;
 }
 
 bool IsFusibleComparison(const Node* node) {
@@ -242,7 +258,7 @@ absl::StatusOr<FusedKernelPlan> Lower(const Node* group) {
             "scalar, inner or outer access, or is not float32/float64"));
       }
       env[v] = b.Input(absl::StrCat("in", i), KirType(*t->scalarType()), access->access,
-                       access->inner);
+                       access->inner, access->mid);
       plan.binding[i] = num_tensor_inputs++;
       plan.is_tensor[i] = true;
       plan.input_dtypes[i] = *t->scalarType();

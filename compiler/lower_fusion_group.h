@@ -27,6 +27,7 @@ namespace metafuse::compiler {
 struct BroadcastAccess {
   codegen::kir::Access access = codegen::kir::Access::kElement;
   int64_t inner = 1;
+  int64_t mid = 1;
 };
 std::optional<BroadcastAccess> ClassifyBroadcast(c10::IntArrayRef sizes,
                                                  c10::IntArrayRef loop);

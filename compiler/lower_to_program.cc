@@ -8,6 +8,7 @@
 #include "compiler/codegen/cuda_printer.h"
 #include "compiler/codegen/llvm_printer.h"
 #include "compiler/fusion_group.h"
+#include "compiler/ir_helpers.h"
 #include "compiler/lower_fusion_group.h"
 #include "compiler/lower_matmul.h"
 
@@ -40,6 +41,60 @@ std::vector<int64_t> ConcreteSizes(const Value* v) {
 }
 
 // The plain-loop form of a small reduction, or nullopt.
+// A reduction over one run of adjacent dims (dims of size 1 aside) is the
+// middle of [outer, reduce, inner]: sum_to_size to a shape with ones in a
+// run, or sum / mean over constant dims with no dtype. Anything else stays
+// ATen's.
+std::optional<runtime::ReductionPlan> BlockReductionPlan(const Node* node,
+                                                         const std::vector<int64_t>& in_sizes,
+                                                         runtime::ReductionPlan plan) {
+  const int64_t rank = static_cast<int64_t>(in_sizes.size());
+  std::vector<bool> reduced(rank, false);
+  if (node->kind() == aten::sum_to_size) {
+    auto target = ConstantIntList(node->input(1));
+    if (!target) return std::nullopt;
+    const std::vector<int64_t>& sizes = *target;
+    const int64_t offset = rank - static_cast<int64_t>(sizes.size());
+    if (offset < 0) return std::nullopt;
+    for (int64_t d = 0; d < rank; ++d) {
+      reduced[d] = d < offset || (sizes[d - offset] == 1 && in_sizes[d] != 1);
+    }
+  } else {
+    auto dims = ConstantIntList(node->input(1));
+    auto dtype = torch::jit::toIValue(node->input(3));
+    if (!dims || dims->empty() || !dtype || !dtype->isNone()) return std::nullopt;
+    for (int64_t d : *dims) {
+      if (d < -rank || d >= rank) return std::nullopt;
+      reduced[d < 0 ? d + rank : d] = true;
+    }
+    plan.mean = node->kind() == aten::mean;
+  }
+  int64_t first = -1, last = -1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (!reduced[d] || in_sizes[d] == 1) continue;
+    if (first < 0) first = d;
+    last = d;
+  }
+  if (first < 0) return std::nullopt;  // nothing summed: a copy, ATen's
+  int64_t outer = 1, reduce = 1, inner = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d < first) {
+      outer *= in_sizes[d];
+    } else if (d > last) {
+      inner *= in_sizes[d];
+    } else {
+      if (!reduced[d] && in_sizes[d] != 1) return std::nullopt;  // not one run
+      reduce *= in_sizes[d];
+    }
+  }
+  int64_t out_numel = 1;
+  for (int64_t s : plan.out_sizes) out_numel *= s;
+  if (out_numel != outer * inner) return std::nullopt;
+  plan.form = runtime::ReductionPlan::kBlock;
+  plan.block = {outer, reduce, inner};
+  return plan;
+}
+
 std::optional<runtime::ReductionPlan> ReductionPlanFor(const Node* node) {
   if (node->kind() != aten::sum && node->kind() != aten::mean &&
       node->kind() != aten::sum_to_size) {
@@ -59,6 +114,8 @@ std::optional<runtime::ReductionPlan> ReductionPlanFor(const Node* node) {
   plan.out_sizes = out_sizes;
   plan.fallback_schema = SchemaText(node->schema());
   if (node->kind() == aten::sum || node->kind() == aten::mean) {
+    // Over some dims: sum / mean(x, dims, keepdim, dtype=None).
+    if (node->inputs().size() == 4) return BlockReductionPlan(node, in_sizes, std::move(plan));
     // Full reduction, no dtype argument: sum(x, None) / mean(x, None).
     if (node->inputs().size() != 2 || !torch::jit::toIValue(node->input(1)) ||
         !torch::jit::toIValue(node->input(1))->isNone()) {
@@ -68,7 +125,7 @@ std::optional<runtime::ReductionPlan> ReductionPlanFor(const Node* node) {
     plan.mean = node->kind() == aten::mean;
     return plan;
   }
-  if (in_sizes.size() != 2) return std::nullopt;
+  if (in_sizes.size() != 2) return BlockReductionPlan(node, in_sizes, std::move(plan));
   const int64_t m = in_sizes[0], n = in_sizes[1];
   if ((out_sizes == std::vector<int64_t>{n} || out_sizes == std::vector<int64_t>{1, n}) &&
       m > 1) {

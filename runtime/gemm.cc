@@ -2,11 +2,19 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+#include <vector>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUFunctions.h>
 #include <ATen/Parallel.h>
 
 #include "runtime/buffer_ownership.h"
+#include "runtime/gemm_choice.h"
 #include "runtime/small_gemm.h"
 
 namespace metafuse::runtime {
@@ -20,6 +28,7 @@ using FortranGemm = void (*)(const char*, const char*, const int*, const int*, c
 struct Blas {
   FortranGemm<float> sgemm = nullptr;
   FortranGemm<double> dgemm = nullptr;
+  std::string library;  // the file sgemm_ comes from (names the GEMM choices)
 };
 
 const Blas& FindBlas() {
@@ -36,6 +45,10 @@ const Blas& FindBlas() {
     b.sgemm = reinterpret_cast<FortranGemm<float>>(dlsym(RTLD_DEFAULT, "sgemm_"));
     b.dgemm = reinterpret_cast<FortranGemm<double>>(dlsym(RTLD_DEFAULT, "dgemm_"));
     if (!b.sgemm || !b.dgemm) b = Blas{};
+    Dl_info info;
+    if (b.sgemm && dladdr(reinterpret_cast<void*>(b.sgemm), &info) && info.dli_fname) {
+      b.library = info.dli_fname;
+    }
     return b;
   }();
   return blas;
@@ -52,6 +65,50 @@ void RowMajorGemm(FortranGemm<T> gemm, bool ta, bool tb, int m, int n, int k, co
   gemm(&trans_b, &trans_a, &n, &m, &k, &one, b, &ldb, a, &lda, &beta, c, &ldc);
 }
 
+// Seconds per product of one task's operands with `kernel`: the best of
+// loops long enough (~20 us) for the clock, into a scratch output.
+template <typename T>
+double TimeOneProduct(GemmKernel kernel, const Blas& blas, bool ta, bool tb, int64_t m,
+                      int64_t n, int64_t k, const T* a, const T* b) {
+  std::vector<T> c(static_cast<size_t>(m * n));
+  FortranGemm<T> gemm;
+  if constexpr (std::is_same_v<T, float>) gemm = blas.sgemm; else gemm = blas.dgemm;
+  auto once = [&] {
+    if (kernel == GemmKernel::kSmall) {
+      SmallGemm(ta, tb, m, n, k, a, b, T(0), c.data());
+    } else {
+      RowMajorGemm<T>(gemm, ta, tb, m, n, k, a, b, T(0), c.data());
+    }
+  };
+  using Clock = std::chrono::steady_clock;
+  once();  // warm: scratch, caches
+  auto start = Clock::now();
+  once();
+  const double single = std::chrono::duration<double>(Clock::now() - start).count();
+  const int reps = static_cast<int>(std::clamp(20e-6 / std::max(single, 1e-9), 1.0, 2000.0));
+  double best = 1e30;
+  for (int loop = 0; loop < 3; ++loop) {
+    start = Clock::now();
+    for (int r = 0; r < reps; ++r) once();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count() / reps);
+  }
+  return best;
+}
+
+// One GEMM instruction's memory of the kernel chosen for its last shape,
+// so that a repeated call does not look the choice up again.
+struct KernelMemo {
+  std::mutex mutex;
+  bool valid = false;
+  GemmShape shape;
+  GemmKernel kernel = GemmKernel::kBlas;
+};
+
+bool SameShape(const GemmShape& x, const GemmShape& y) {
+  return x.f64 == y.f64 && x.trans_a == y.trans_a && x.trans_b == y.trans_b && x.m == y.m &&
+         x.n == y.n && x.k == y.k;
+}
+
 }  // namespace
 
 bool DirectBlasAvailable() { return FindBlas().sgemm != nullptr; }
@@ -61,7 +118,8 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
   // A third input is an accumulator: C = acc + op(A) op(B) (lower_matmul
   // folds add(acc, product) into the product).
   const bool accumulate = plan.accumulate;
-  return [ta, tb, accumulate](torch::jit::Stack& stack) {
+  auto memo = std::make_shared<KernelMemo>();
+  return [ta, tb, accumulate, memo](torch::jit::Stack& stack) {
     at::Tensor acc;
     if (accumulate) {
       acc = std::move(stack.back()).toTensor();
@@ -97,17 +155,27 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
     const int64_t n = tb ? b.size(rows) : b.size(cols);
     const int64_t batch = rank == 3 ? a.size(0) : 1;
     bool fa = ta, fb = tb;
-    auto row_major = [rows, cols](at::Tensor& x, bool& flag) {
-      if (x.is_contiguous()) return;
-      if (x.transpose(rows, cols).is_contiguous()) {
+    // Each task's matrix row-major (or column-major, the flag flipped); the
+    // tasks `step` elements apart, 0 for a stack expanded from one matrix
+    // (the shared meta-parameters), which needs no copy.
+    auto row_major = [rows, cols, rank](at::Tensor& x, bool& flag, int64_t& step) {
+      auto dense = [&](const at::Tensor& y) {
+        return (y.size(cols) == 1 || y.stride(cols) == 1) &&
+               (y.size(rows) == 1 || y.stride(rows) == y.size(cols));
+      };
+      const bool usable = rank == 3 && x.stride(0) == 0
+                              ? dense(x) || dense(x.transpose(rows, cols))
+                              : x.is_contiguous() || x.transpose(rows, cols).is_contiguous();
+      if (!usable) x = x.contiguous();
+      if (!dense(x)) {
         x = x.transpose(rows, cols);
         flag = !flag;
-        return;
       }
-      x = x.contiguous();
+      step = rank == 3 && x.stride(0) == 0 ? 0 : x.size(rows) * x.size(cols);
     };
-    row_major(a, fa);
-    row_major(b, fb);
+    int64_t step_a = 0, step_b = 0;
+    row_major(a, fa, step_a);
+    row_major(b, fb, step_b);
     TORCH_CHECK((fb ? b.size(cols) : b.size(rows)) == k, "metafuse::gemm: inner sizes differ (",
                 k, " and ", fb ? b.size(cols) : b.size(rows), ")");
     std::vector<int64_t> out_sizes = {m, n};
@@ -130,7 +198,24 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
       stack.back() = std::move(c);
       return;
     }
-    if (PreferSmallGemm(m, n, k)) {
+    const GemmShape shape{a.scalar_type() == at::kDouble, fa, fb, m, n, k};
+    GemmKernel kernel;
+    {
+      std::lock_guard<std::mutex> lock(memo->mutex);
+      if (!memo->valid || !SameShape(memo->shape, shape)) {
+        memo->kernel = ChooseGemmKernel(shape, blas.library, [&](GemmKernel candidate) {
+          return a.scalar_type() == at::kFloat
+                     ? TimeOneProduct<float>(candidate, blas, fa, fb, m, n, k,
+                                             a.data_ptr<float>(), b.data_ptr<float>())
+                     : TimeOneProduct<double>(candidate, blas, fa, fb, m, n, k,
+                                              a.data_ptr<double>(), b.data_ptr<double>());
+        });
+        memo->shape = shape;
+        memo->valid = true;
+      }
+      kernel = memo->kernel;
+    }
+    if (kernel == GemmKernel::kSmall) {
       // The tasks of a batched product split over ATen's threads when the
       // product has at least ~1M multiply-adds, in chunks of at least
       // ~256k: below that a fork-join costs more than it saves (the
@@ -142,12 +227,12 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
       at::parallel_for(0, batch, grain, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
           if (a.scalar_type() == at::kFloat) {
-            SmallGemm(fa, fb, m, n, k, a.data_ptr<float>() + i * m * k,
-                      b.data_ptr<float>() + i * k * n, static_cast<float>(beta),
+            SmallGemm(fa, fb, m, n, k, a.data_ptr<float>() + i * step_a,
+                      b.data_ptr<float>() + i * step_b, static_cast<float>(beta),
                       c.data_ptr<float>() + i * m * n);
           } else {
-            SmallGemm(fa, fb, m, n, k, a.data_ptr<double>() + i * m * k,
-                      b.data_ptr<double>() + i * k * n, beta, c.data_ptr<double>() + i * m * n);
+            SmallGemm(fa, fb, m, n, k, a.data_ptr<double>() + i * step_a,
+                      b.data_ptr<double>() + i * step_b, beta, c.data_ptr<double>() + i * m * n);
           }
         }
       });
@@ -159,12 +244,12 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
     // concurrent calls from several threads corrupt each other's results.
     for (int64_t i = 0; i < batch; ++i) {
       if (a.scalar_type() == at::kFloat) {
-        RowMajorGemm<float>(blas.sgemm, fa, fb, m, n, k, a.data_ptr<float>() + i * m * k,
-                            b.data_ptr<float>() + i * k * n, static_cast<float>(beta),
+        RowMajorGemm<float>(blas.sgemm, fa, fb, m, n, k, a.data_ptr<float>() + i * step_a,
+                            b.data_ptr<float>() + i * step_b, static_cast<float>(beta),
                             c.data_ptr<float>() + i * m * n);
       } else {
-        RowMajorGemm<double>(blas.dgemm, fa, fb, m, n, k, a.data_ptr<double>() + i * m * k,
-                             b.data_ptr<double>() + i * k * n, beta,
+        RowMajorGemm<double>(blas.dgemm, fa, fb, m, n, k, a.data_ptr<double>() + i * step_a,
+                             b.data_ptr<double>() + i * step_b, beta,
                              c.data_ptr<double>() + i * m * n);
       }
     }

@@ -22,13 +22,19 @@ struct Span {
 size_t SizeOf(c10::ScalarType t) { return t == c10::ScalarType::Float ? 4u : 8u; }
 
 // Elements an input buffer must hold for a loop over [0, n), by its access
-// (KernelCode::input_access: element, broadcast, inner, outer).
-int64_t RequiredElements(int64_t access, int64_t inner, int64_t n) {
+// (KernelCode::input_access: element, broadcast, inner, outer, middle,
+// periodic; the same as codegen::kir::RequiredInputElements).
+int64_t RequiredElements(int64_t access, int64_t inner, int64_t mid, int64_t n) {
   if (n <= 0) return 0;
   switch (access) {
     case 1: return 1;
     case 2: return std::min<int64_t>(inner, n);
     case 3: return (n - 1) / inner + 1;
+    case 4: {
+      const int64_t last = n - 1, period = mid * inner;
+      return last / period * inner + std::min(last % period, inner - 1) + 1;
+    }
+    case 5: return std::min<int64_t>(mid, (n - 1) / inner + 1);
     default: return n;
   }
 }
@@ -176,7 +182,8 @@ absl::Status JitKernel::Run(int64_t n, const std::vector<const void*>& inputs,
                        "' is null; expected a buffer"));
     }
     const uintptr_t b = reinterpret_cast<uintptr_t>(inputs[j]);
-    in_spans.push_back({b, b + RequiredElements(k.input_access[j], k.input_inner[j], n) *
+    in_spans.push_back({b, b + RequiredElements(k.input_access[j], k.input_inner[j],
+                                                   j < k.input_mid.size() ? k.input_mid[j] : 1, n) *
                                    SizeOf(k.input_dtypes[j])});
   }
   for (size_t o = 0; o < outputs.size(); ++o) {

@@ -80,7 +80,7 @@ std::vector<int64_t> InputSignature(const std::vector<c10::IValue>& inputs) {
 }
 
 std::map<std::string, std::string> CurrentVersions() {
-  return {{"format", "metafuse-program 5"},
+  return {{"format", "metafuse-program 6"},
           {"metafuse", "0.1.0"},
           {"libtorch", TORCH_VERSION}};
 }
@@ -118,6 +118,8 @@ std::string Dump(const ProgramCode& code) {
     List(os, kc.input_access);
     os << " inner ";
     List(os, kc.input_inner);
+    os << " mid ";
+    List(os, kc.input_mid);
     os << ", outputs ";
     DTypes(os, kc.output_dtypes);
     os << ", " << kc.num_scalars << " scalars"

@@ -36,10 +36,11 @@ struct KernelCode {
   // compiles for a program specialized for CUDA tensors; empty for the host.
   std::string cuda_source;
   // The launch contract, checked by JitKernel::Run: per kernel input its
-  // dtype, access (0 element, 1 broadcast, 2 inner, 3 outer) and inner
-  // size; per output its dtype; the number of scalar parameters.
+  // dtype, access (0 element, 1 broadcast, 2 inner, 3 outer, 4 middle, 5
+  // periodic: codegen::kir::Access) and its inner and mid sizes; per output
+  // its dtype; the number of scalar parameters.
   std::vector<c10::ScalarType> input_dtypes;
-  std::vector<int64_t> input_access, input_inner;
+  std::vector<int64_t> input_access, input_inner, input_mid;
   std::vector<c10::ScalarType> output_dtypes;
   int64_t num_scalars = 0;
   std::vector<std::string> input_names, output_names;  // for error messages
@@ -77,8 +78,12 @@ struct GemmPlan {
 // A small reduction run by a plain loop (runtime/reduction.h); the
 // operator named by `fallback_schema` runs inputs the loop does not handle.
 struct ReductionPlan {
-  enum Form : int64_t { kAll = 0, kRows = 1, kColumns = 2 };
+  // kBlock: a contiguous input viewed as [outer, reduce, inner], summed over
+  // the middle (a batched program's per-task bias gradient [T, R, C] ->
+  // [T, 1, C], a per-task loss mean [T, S] -> [T]).
+  enum Form : int64_t { kAll = 0, kRows = 1, kColumns = 2, kBlock = 3 };
   Form form = kAll;
+  std::vector<int64_t> block;  // kBlock: {outer, reduce, inner}
   bool mean = false;
   std::vector<int64_t> out_sizes;
   std::string fallback_schema;

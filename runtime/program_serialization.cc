@@ -46,6 +46,7 @@ IValue Write(const KernelCode& k) {
   l.push_back(DTypes(k.input_dtypes));
   l.push_back(Ints(k.input_access));
   l.push_back(Ints(k.input_inner));
+  l.push_back(Ints(k.input_mid));
   l.push_back(DTypes(k.output_dtypes));
   l.push_back(k.num_scalars);
   l.push_back(c10::List<std::string>(k.input_names));
@@ -81,6 +82,7 @@ IValue Write(const ReductionPlan& r) {
   l.push_back(r.mean);
   l.push_back(Ints(r.out_sizes));
   l.push_back(r.fallback_schema);
+  if (r.form == ReductionPlan::kBlock) l.push_back(Ints(r.block));
   return l;
 }
 
@@ -233,6 +235,7 @@ KernelCode ReadKernel(Reader& r) {
   k.input_dtypes = r.DTypes("input_dtypes");
   k.input_access = r.Ints("input_access");
   k.input_inner = r.Ints("input_inner");
+  k.input_mid = r.Ints("input_mid");
   k.output_dtypes = r.DTypes("output_dtypes");
   k.num_scalars = r.Int("num_scalars");
   k.input_names = r.Strings("input_names");
@@ -243,7 +246,8 @@ KernelCode ReadKernel(Reader& r) {
     throw Reader::Bad(r.Here() + ": object code without its target, or a target without code");
   }
   if (k.input_access.size() != k.input_dtypes.size() ||
-      k.input_inner.size() != k.input_dtypes.size()) {
+      k.input_inner.size() != k.input_dtypes.size() ||
+      k.input_mid.size() != k.input_dtypes.size()) {
     throw Reader::Bad(r.Here() + ": per-input fields of different lengths");
   }
   return k;
@@ -280,11 +284,17 @@ GemmPlan ReadGemm(Reader& r) {
 ReductionPlan ReadReduction(Reader& r) {
   ReductionPlan p;
   const int64_t form = r.Int("form");
-  if (form < 0 || form > 2) throw Reader::Bad(r.Here() + ": unknown reduction form");
+  if (form < 0 || form > 3) throw Reader::Bad(r.Here() + ": unknown reduction form");
   p.form = static_cast<ReductionPlan::Form>(form);
   p.mean = r.Bool("mean");
   p.out_sizes = r.Ints("out_sizes");
   p.fallback_schema = r.String("fallback_schema");
+  if (p.form == ReductionPlan::kBlock) {
+    p.block = r.Ints("block");
+    if (p.block.size() != 3 || p.block[0] < 1 || p.block[1] < 1 || p.block[2] < 1) {
+      throw Reader::Bad(r.Here() + ": a block reduction needs {outer, reduce, inner} >= 1");
+    }
+  }
   return p;
 }
 

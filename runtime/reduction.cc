@@ -38,7 +38,44 @@ void Reduce(Form form, const T* in, int64_t m, int64_t n, T* out, double scale) 
   }
 }
 
-at::Tensor Run(Form form, const at::Tensor& x, c10::IntArrayRef out_sizes, bool mean) {
+// out[o, j] = sum_r in[o, r, j] over a row-major [outer, reduce, inner]
+// buffer, times `scale` (1 / reduce for a mean).
+template <typename T>
+void ReduceBlock(const T* in, int64_t outer, int64_t reduce, int64_t inner, T* out,
+                 bool mean) {
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* block = in + o * reduce * inner;
+    T* dst = out + o * inner;
+    if (inner == 1) {
+      T s = 0;
+      for (int64_t r = 0; r < reduce; ++r) s += block[r];
+      dst[0] = s;
+    } else {
+      for (int64_t j = 0; j < inner; ++j) dst[j] = block[j];
+      for (int64_t r = 1; r < reduce; ++r) {
+        const T* row = block + r * inner;
+        for (int64_t j = 0; j < inner; ++j) dst[j] += row[j];
+      }
+    }
+    if (mean) {
+      for (int64_t j = 0; j < inner; ++j) dst[j] /= static_cast<T>(reduce);
+    }
+  }
+}
+
+at::Tensor Run(Form form, const at::Tensor& x, c10::IntArrayRef out_sizes, bool mean,
+               const std::vector<int64_t>& block) {
+  if (form == ReductionPlan::kBlock) {
+    at::Tensor out = at::empty(out_sizes, x.options());
+    if (x.scalar_type() == at::kFloat) {
+      ReduceBlock<float>(x.data_ptr<float>(), block[0], block[1], block[2],
+                         out.data_ptr<float>(), mean);
+    } else {
+      ReduceBlock<double>(x.data_ptr<double>(), block[0], block[1], block[2],
+                          out.data_ptr<double>(), mean);
+    }
+    return out;
+  }
   const int64_t m = form == ReductionPlan::kAll ? 1 : x.size(0);
   const int64_t n = form == ReductionPlan::kAll ? x.numel() : x.size(1);
   at::Tensor out = at::empty(out_sizes, x.options());
@@ -57,14 +94,19 @@ torch::jit::Operation MakeReductionOperation(const ReductionPlan& plan, size_t n
   const Form form = plan.form;
   const bool mean = plan.mean;
   const std::vector<int64_t> out_sizes = plan.out_sizes;
+  const std::vector<int64_t> block = plan.block;
+  const int64_t block_numel =
+      block.size() == 3 ? block[0] * block[1] * block[2] : -1;
   torch::jit::Operation fallback = LookUpOperation(plan.fallback_schema);
-  return [form, mean, out_sizes, fallback, num_inputs](torch::jit::Stack& stack) mutable {
+  return [form, mean, out_sizes, block, block_numel, fallback,
+          num_inputs](torch::jit::Stack& stack) mutable {
     const at::Tensor& x = stack[stack.size() - num_inputs].toTensor();
-    if (!Plain(x)) {
+    // A generic program may meet other shapes than the plan's: ATen then.
+    if (!Plain(x) || (form == ReductionPlan::kBlock && x.numel() != block_numel)) {
       fallback(stack);
       return;
     }
-    at::Tensor out = Run(form, x, out_sizes, mean);
+    at::Tensor out = Run(form, x, out_sizes, mean, block);
     stack.resize(stack.size() - num_inputs);
     stack.emplace_back(std::move(out));
   };

@@ -32,6 +32,11 @@ std::string InputRead(const kir::InputSpec& in, int index) {
     case Access::kBroadcast: return absl::StrCat("b", index);
     case Access::kInner: return absl::StrCat("in", index, "[i % ", in.inner, "]");
     case Access::kOuter: return absl::StrCat("in", index, "[i / ", in.inner, "]");
+    case Access::kMiddle:
+      return absl::StrCat("in", index, "[i / ", in.mid * in.inner, " * ", in.inner, " + i % ",
+                          in.inner, "]");
+    case Access::kPeriodic:
+      return absl::StrCat("in", index, "[i / ", in.inner, " % ", in.mid, "]");
   }
   return "";
 }

@@ -113,13 +113,7 @@ absl::Status Interpret(const Kernel& k, int64_t n, const std::vector<const void*
       const Node& node = k.nodes[id];
       if (node.op == Op::kInput) {
         const InputSpec& in = k.inputs[node.index];
-        int64_t j = i;
-        switch (in.access) {
-          case Access::kElement: j = i; break;
-          case Access::kBroadcast: j = 0; break;
-          case Access::kInner: j = i % in.inner; break;
-          case Access::kOuter: j = i / in.inner; break;
-        }
+        const int64_t j = kir::InputIndex(in, i);
         v[id] = in.dtype == DType::kF32 ? static_cast<const float*>(inputs[node.index])[j]
                                         : static_cast<const double*>(inputs[node.index])[j];
       } else if (node.op == Op::kScalar) {

@@ -13,6 +13,7 @@ runtime::KernelCode KernelContract(const kir::Kernel& kernel) {
     code.input_dtypes.push_back(dtype(in.dtype));
     code.input_access.push_back(static_cast<int64_t>(in.access));
     code.input_inner.push_back(in.inner);
+    code.input_mid.push_back(in.mid);
     code.input_names.push_back(in.name);
   }
   for (const kir::OutputSpec& out : kernel.outputs) {

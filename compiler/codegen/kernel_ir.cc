@@ -58,6 +58,8 @@ const char* AccessName(Access a) {
     case Access::kBroadcast: return "[0]";
     case Access::kInner: return "[i % inner]";
     case Access::kOuter: return "[i / inner]";
+    case Access::kMiddle: return "[i / (mid * inner) * inner + i % inner]";
+    case Access::kPeriodic: return "[i / inner % mid]";
   }
   return "?";
 }
@@ -99,6 +101,11 @@ int64_t RequiredInputElements(const InputSpec& in, int64_t n) {
     case Access::kBroadcast: return 1;
     case Access::kInner: return std::min<int64_t>(in.inner, n);
     case Access::kOuter: return (n - 1) / in.inner + 1;
+    case Access::kMiddle: {
+      const int64_t last = n - 1, period = in.mid * in.inner;
+      return last / period * in.inner + std::min(last % period, in.inner - 1) + 1;
+    }
+    case Access::kPeriodic: return std::min<int64_t>(in.mid, (n - 1) / in.inner + 1);
   }
   return n;
 }
@@ -153,10 +160,10 @@ absl::Status Validate(const Kernel& k) {
   };
   for (const InputSpec& in : k.inputs) {
     if (absl::Status s = check_name("input", in.name); !s.ok()) return s;
-    if ((in.access == Access::kInner || in.access == Access::kOuter) && in.inner <= 0) {
+    if ((HasInner(in.access) && in.inner <= 0) || (HasMid(in.access) && in.mid <= 0)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "kernel '", k.name, "': input '", in.name, "' reads ", AccessName(in.access),
-          " with inner = ", in.inner, "; expected inner > 0"));
+          " with inner = ", in.inner, ", mid = ", in.mid, "; expected both > 0"));
     }
   }
   for (const ScalarSpec& s : k.scalars) {
@@ -306,9 +313,8 @@ std::string Print(const Kernel& k) {
     const InputSpec& in = k.inputs[i];
     absl::StrAppend(&s, "  in ", i, " ", in.name, ": ", DTypeName(in.dtype), " ",
                     AccessName(in.access));
-    if (in.access == Access::kInner || in.access == Access::kOuter) {
-      absl::StrAppend(&s, " inner=", in.inner);
-    }
+    if (HasInner(in.access)) absl::StrAppend(&s, " inner=", in.inner);
+    if (HasMid(in.access)) absl::StrAppend(&s, " mid=", in.mid);
     s += "\n";
   }
   for (size_t i = 0; i < k.scalars.size(); ++i) {
@@ -362,6 +368,7 @@ uint64_t StructuralHash(const Kernel& k) {
     f.Byte(static_cast<uint8_t>(in.dtype));
     f.Byte(static_cast<uint8_t>(in.access));
     f.U64(static_cast<uint64_t>(in.inner));
+    if (HasMid(in.access)) f.U64(static_cast<uint64_t>(in.mid));  // older hashes unchanged
   }
   f.U64(k.scalars.size());
   for (const ScalarSpec& s : k.scalars) f.Byte(static_cast<uint8_t>(s.dtype));
@@ -408,8 +415,8 @@ int KernelBuilder::Add(Node node) {
 }
 
 int KernelBuilder::Input(const std::string& name, DType dtype, Access access,
-                         int64_t inner) {
-  kernel_.inputs.push_back({name, dtype, access, inner});
+                         int64_t inner, int64_t mid) {
+  kernel_.inputs.push_back({name, dtype, access, inner, mid});
   Node n;
   n.op = Op::kInput;
   n.dtype = dtype;

@@ -9,6 +9,10 @@
 //       kBroadcast in[0] (a scalar held in a buffer, read once per call)
 //       kInner     in[i % inner]  (e.g. a row vector broadcast over rows)
 //       kOuter     in[i / inner]  (e.g. a column vector broadcast over columns)
+//       kMiddle    in[i / (mid * inner) * inner + i % inner]  (broadcast over a
+//                  middle run of dims: a per-task bias [T, 1, C] over [T, R, C])
+//       kPeriodic  in[i / inner % mid]  (only a middle run of dims: a
+//                  per-channel vector [1, C, 1, 1] over NCHW)
 //   - scalar parameters, passed at run time as doubles (e.g. a learning rate)
 //     and rounded to the parameter's dtype once per call,
 //   - nodes: scalar ops over earlier values (see Op),
@@ -31,7 +35,7 @@
 namespace metafuse::codegen::kir {
 
 enum class DType : uint8_t { kF32, kF64 };
-enum class Access : uint8_t { kElement, kBroadcast, kInner, kOuter };
+enum class Access : uint8_t { kElement, kBroadcast, kInner, kOuter, kMiddle, kPeriodic };
 enum class Cmp : uint8_t { kGt, kLt, kGe, kLe, kEq };
 
 enum class Op : uint8_t {
@@ -55,8 +59,26 @@ struct InputSpec {
   std::string name;
   DType dtype = DType::kF32;
   Access access = Access::kElement;
-  int64_t inner = 1;  // for kInner / kOuter, > 0
+  int64_t inner = 1;  // for kInner / kOuter / kMiddle / kPeriodic, > 0
+  int64_t mid = 1;    // for kMiddle / kPeriodic, > 0
 };
+
+// Whether `access` reads with `inner` (and, for the last two, `mid`).
+inline bool HasInner(Access a) { return a != Access::kElement && a != Access::kBroadcast; }
+inline bool HasMid(Access a) { return a == Access::kMiddle || a == Access::kPeriodic; }
+
+// The element an input reads at loop index i.
+inline int64_t InputIndex(const InputSpec& in, int64_t i) {
+  switch (in.access) {
+    case Access::kElement: return i;
+    case Access::kBroadcast: return 0;
+    case Access::kInner: return i % in.inner;
+    case Access::kOuter: return i / in.inner;
+    case Access::kMiddle: return i / (in.mid * in.inner) * in.inner + i % in.inner;
+    case Access::kPeriodic: return i / in.inner % in.mid;
+  }
+  return i;
+}
 
 struct ScalarSpec {
   std::string name;
@@ -116,7 +138,7 @@ class KernelBuilder {
   explicit KernelBuilder(std::string name);
 
   int Input(const std::string& name, DType dtype, Access access = Access::kElement,
-            int64_t inner = 1);
+            int64_t inner = 1, int64_t mid = 1);
   int Scalar(const std::string& name, DType dtype);
   int Const(double value, DType dtype);
   int Cast(int a, DType to);

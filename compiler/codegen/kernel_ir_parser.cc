@@ -96,7 +96,8 @@ bool ParseInput(Line& l, Kernel& k) {
     return false;
   }
   bool found = false;
-  for (Access a : {Access::kElement, Access::kBroadcast, Access::kInner, Access::kOuter}) {
+  for (Access a : {Access::kElement, Access::kBroadcast, Access::kInner, Access::kOuter,
+                   Access::kMiddle, Access::kPeriodic}) {
     if (l.Peek(AccessName(a))) {
       l.Take(AccessName(a));
       in.access = a;
@@ -104,9 +105,15 @@ bool ParseInput(Line& l, Kernel& k) {
       break;
     }
   }
-  if (!found) return l.Fail("an access pattern ([i], [0], [i % inner], [i / inner])");
-  if (in.access == Access::kInner || in.access == Access::kOuter) {
+  if (!found) {
+    return l.Fail("an access pattern ([i], [0], [i % inner], [i / inner], "
+                  "[i / (mid * inner) * inner + i % inner], [i / inner % mid])");
+  }
+  if (kir::HasInner(in.access)) {
     if (!l.Take(" inner=") || !l.TakeInt(&in.inner)) return false;
+  }
+  if (kir::HasMid(in.access)) {
+    if (!l.Take(" mid=") || !l.TakeInt(&in.mid)) return false;
   }
   k.inputs.push_back(std::move(in));
   return l.AtEnd();

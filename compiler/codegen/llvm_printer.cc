@@ -53,58 +53,18 @@ class Printer {
 
   std::string Module() {
     const std::string sym = LlvmKernelSymbol(k_);
-    // Body parameters: begin, end, typed buffers, scalars.
-    std::vector<std::string> params = {"i64 %begin", "i64 %end"};
-    for (size_t j = 0; j < k_.inputs.size(); ++j) {
-      params.push_back(absl::StrCat(Ty(k_.inputs[j].dtype),
-                                    "* noalias nocapture readonly %in", j));
+    // Index arithmetic (i % inner, i / inner, the middle and periodic reads)
+    // in 64 bits has no vector form on x86 (no 64-bit multiply-high), so
+    // the loop would run scalar; a second body computes it in 32 bits,
+    // which vectorizes, and the entry takes it whenever the range fits.
+    bool index_math = false, fits = true;
+    for (const kir::InputSpec& in : k_.inputs) {
+      index_math = index_math || kir::HasInner(in.access);
+      fits = fits && in.inner < (int64_t{1} << 31) && in.mid * in.inner < (int64_t{1} << 31);
     }
-    for (size_t j = 0; j < k_.outputs.size(); ++j) {
-      params.push_back(absl::StrCat(Ty(OutType(j)), "* noalias nocapture writeonly %out", j));
-    }
-    for (size_t j = 0; j < k_.scalars.size(); ++j) {
-      params.push_back(absl::StrCat(Ty(k_.scalars[j].dtype), " %s", j));
-    }
-    std::string body;
-    absl::StrAppend(&body, "define internal void @", sym, ".body(",
-                    absl::StrJoin(params, ", "), ") #0 {\n");
-    body +=
-        "entry:\n"
-        "  %empty = icmp sge i64 %begin, %end\n"
-        "  br i1 %empty, label %exit, label %preheader\n"
-        "preheader:\n";
-    // Broadcast inputs are read once, before the loop.
-    const std::vector<int> order = kir::LiveTopologicalOrder(k_);
-    for (int id : order) {
-      const Node& n = k_.nodes[id];
-      if (n.op == Op::kInput && k_.inputs[n.index].access == Access::kBroadcast) {
-        names_[id] = absl::StrCat("%v", id);
-        absl::StrAppend(&body, "  %v", id, " = load ", Ty(n.dtype), ", ", Ty(n.dtype),
-                        "* %in", n.index, ", align ", Align(n.dtype), "\n");
-      }
-    }
-    body +=
-        "  br label %loop\n"
-        "loop:\n"
-        "  %i = phi i64 [ %begin, %preheader ], [ %i.next, %loop ]\n";
-    for (int id : order) {
-      if (names_[id].empty()) Emit(id, &body);
-    }
-    for (size_t j = 0; j < k_.outputs.size(); ++j) {
-      const DType t = OutType(j);
-      absl::StrAppend(&body, "  %po", j, " = getelementptr inbounds ", Ty(t), ", ", Ty(t),
-                      "* %out", j, ", i64 %i\n");
-      absl::StrAppend(&body, "  store ", Ty(t), " ", names_[k_.outputs[j].node], ", ",
-                      Ty(t), "* %po", j, ", align ", Align(t), "\n");
-    }
-    body +=
-        "  %i.next = add nsw i64 %i, 1\n"
-        "  %more = icmp slt i64 %i.next, %end\n"
-        "  br i1 %more, label %loop, label %exit\n"
-        "exit:\n"
-        "  ret void\n"
-        "}\n\n";
-
+    index_math = index_math && fits;
+    std::string body = Body(sym + ".body", /*narrow=*/false);
+    if (index_math) body += Body(sym + ".body32", /*narrow=*/true);
     // The entry point: unpack pointer arrays and scalars, call the body.
     std::string entry;
     absl::StrAppend(&entry, "define void @", sym,
@@ -132,6 +92,15 @@ class Printer {
         args.push_back(absl::StrCat("double %s", j, ".d"));
       }
     }
+    if (index_math) {
+      absl::StrAppend(&entry,
+                      "  %fits = icmp sle i64 %end, 2147483647\n"
+                      "  br i1 %fits, label %narrow, label %wide\n"
+                      "narrow:\n"
+                      "  call void @", sym, ".body32(", absl::StrJoin(args, ", "), ")\n"
+                      "  ret void\n"
+                      "wide:\n");
+    }
     absl::StrAppend(&entry, "  call void @", sym, ".body(", absl::StrJoin(args, ", "),
                     ")\n  ret void\n}\n\n");
 
@@ -144,6 +113,66 @@ class Printer {
   }
 
  private:
+  // One definition of the element loop, `name`(begin, end, buffers,
+  // scalars); `narrow`: index arithmetic in 32 bits (the caller guarantees
+  // end < 2^31).
+  std::string Body(const std::string& name, bool narrow) {
+    std::fill(names_.begin(), names_.end(), std::string());
+    narrow_ = narrow;
+    std::vector<std::string> params = {"i64 %begin", "i64 %end"};
+    for (size_t j = 0; j < k_.inputs.size(); ++j) {
+      params.push_back(absl::StrCat(Ty(k_.inputs[j].dtype),
+                                    "* noalias nocapture readonly %in", j));
+    }
+    for (size_t j = 0; j < k_.outputs.size(); ++j) {
+      params.push_back(absl::StrCat(Ty(OutType(j)), "* noalias nocapture writeonly %out", j));
+    }
+    for (size_t j = 0; j < k_.scalars.size(); ++j) {
+      params.push_back(absl::StrCat(Ty(k_.scalars[j].dtype), " %s", j));
+    }
+    std::string body;
+    absl::StrAppend(&body, "define internal void @", name, "(", absl::StrJoin(params, ", "),
+                    ") #0 {\n");
+    body +=
+        "entry:\n"
+        "  %empty = icmp sge i64 %begin, %end\n"
+        "  br i1 %empty, label %exit, label %preheader\n"
+        "preheader:\n";
+    // Broadcast inputs are read once, before the loop.
+    const std::vector<int> order = kir::LiveTopologicalOrder(k_);
+    for (int id : order) {
+      const Node& n = k_.nodes[id];
+      if (n.op == Op::kInput && k_.inputs[n.index].access == Access::kBroadcast) {
+        names_[id] = absl::StrCat("%v", id);
+        absl::StrAppend(&body, "  %v", id, " = load ", Ty(n.dtype), ", ", Ty(n.dtype),
+                        "* %in", n.index, ", align ", Align(n.dtype), "\n");
+      }
+    }
+    body +=
+        "  br label %loop\n"
+        "loop:\n"
+        "  %i = phi i64 [ %begin, %preheader ], [ %i.next, %loop ]\n";
+    if (narrow) body += "  %i32 = trunc i64 %i to i32\n";
+    for (int id : order) {
+      if (names_[id].empty()) Emit(id, &body);
+    }
+    for (size_t j = 0; j < k_.outputs.size(); ++j) {
+      const DType t = OutType(j);
+      absl::StrAppend(&body, "  %po", j, " = getelementptr inbounds ", Ty(t), ", ", Ty(t),
+                      "* %out", j, ", i64 %i\n");
+      absl::StrAppend(&body, "  store ", Ty(t), " ", names_[k_.outputs[j].node], ", ",
+                      Ty(t), "* %po", j, ", align ", Align(t), "\n");
+    }
+    body +=
+        "  %i.next = add nsw i64 %i, 1\n"
+        "  %more = icmp slt i64 %i.next, %end\n"
+        "  br i1 %more, label %loop, label %exit\n"
+        "exit:\n"
+        "  ret void\n"
+        "}\n\n";
+    return body;
+  }
+
   DType OutType(size_t j) const { return k_.nodes[k_.outputs[j].node].dtype; }
 
   std::string Fresh(int id) { return absl::StrCat("%t", id, ".", temp_++); }
@@ -244,11 +273,35 @@ class Printer {
       case Op::kInput: {
         const kir::InputSpec& in = k_.inputs[n.index];
         std::string index = "%i";
-        if (in.access == Access::kInner || in.access == Access::kOuter) {
+        if (kir::HasInner(in.access)) {
+          // The element index from i, in 32 or 64 bits.
+          const char* w = narrow_ ? "i32" : "i64";
+          const std::string i = narrow_ ? "%i32" : "%i";
+          std::string j;
+          if (in.access == Access::kInner || in.access == Access::kOuter) {
+            j = Fresh(id);
+            absl::StrAppend(out, "  ", j, " = ", in.access == Access::kInner ? "urem" : "udiv",
+                            " ", w, " ", i, ", ", in.inner, "\n");
+          } else if (in.access == Access::kMiddle) {
+            // (i / (mid * inner)) * inner + i % inner
+            const std::string q = Fresh(id), base = Fresh(id), r = Fresh(id);
+            j = Fresh(id);
+            absl::StrAppend(out, "  ", q, " = udiv ", w, " ", i, ", ", in.mid * in.inner, "\n");
+            absl::StrAppend(out, "  ", base, " = mul nuw ", w, " ", q, ", ", in.inner, "\n");
+            absl::StrAppend(out, "  ", r, " = urem ", w, " ", i, ", ", in.inner, "\n");
+            absl::StrAppend(out, "  ", j, " = add nuw ", w, " ", base, ", ", r, "\n");
+          } else {  // kPeriodic: (i / inner) % mid
+            const std::string q = Fresh(id);
+            j = Fresh(id);
+            absl::StrAppend(out, "  ", q, " = udiv ", w, " ", i, ", ", in.inner, "\n");
+            absl::StrAppend(out, "  ", j, " = urem ", w, " ", q, ", ", in.mid, "\n");
+          }
           index = absl::StrCat("%j", id);
-          absl::StrAppend(out, "  ", index, " = ",
-                          in.access == Access::kInner ? "urem" : "udiv", " i64 %i, ",
-                          in.inner, "\n");
+          if (narrow_) {
+            absl::StrAppend(out, "  ", index, " = zext i32 ", j, " to i64\n");
+          } else {
+            index = j;
+          }
         }
         absl::StrAppend(out, "  %p", id, " = getelementptr inbounds ", Ty(t), ", ", Ty(t),
                         "* %in", n.index, ", i64 ", index, "\n");
@@ -370,6 +423,7 @@ class Printer {
   std::vector<std::string> names_;  // SSA value or constant per node
   std::set<std::string> decls_;
   int temp_ = 0;
+  bool narrow_ = false;  // index arithmetic in 32 bits (Body)
 };
 
 }  // namespace

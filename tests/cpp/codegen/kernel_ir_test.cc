@@ -104,7 +104,11 @@ TEST(KernelIr, ValidateRejectsBadShapeOfTheKernel) {
   EXPECT_HAS(Validate(k).message(), "not exactly a float32");
   KernelBuilder b("k");
   b.Output("out", b.Input("row", DType::kF32, Access::kInner, 0));
-  EXPECT_HAS(ErrorOf(b.Build()), "input 'row' reads [i % inner] with inner = 0; expected inner > 0");
+  EXPECT_HAS(ErrorOf(b.Build()),
+             "input 'row' reads [i % inner] with inner = 0, mid = 1; expected both > 0");
+  KernelBuilder m("k");
+  m.Output("out", m.Input("bias", DType::kF32, Access::kMiddle, 4, 0));
+  EXPECT_HAS(ErrorOf(m.Build()), "with inner = 4, mid = 0; expected both > 0");
 }
 
 TEST(KernelIr, PrintIsStable) {
@@ -166,6 +170,24 @@ TEST(KernelIr, InterpreterAccessPatterns) {
   std::vector<double> r = {1, 2, 3}, c = {0, 1}, out(6);
   ASSERT_TRUE(Interpret(*k, 6, {r.data(), c.data()}, {out.data()}, {}).ok());
   EXPECT_EQ(out, (std::vector<double>{1, 2, 3, 11, 12, 13}));
+}
+
+TEST(KernelIr, InterpreterMiddleAndPeriodicAccess) {
+  KernelBuilder b("k");
+  // Loop [2, 3, 2]: bias [2, 1, 2] (broadcast over the middle dim),
+  // channel [1, 3, 1] (only the middle dim).
+  int bias = b.Input("bias", DType::kF64, Access::kMiddle, 2, 3);
+  int channel = b.Input("channel", DType::kF64, Access::kPeriodic, 2, 3);
+  b.Output("out", b.Add(bias, b.Mul(channel, b.Const(100, DType::kF64))));
+  auto k = b.Build();
+  ASSERT_TRUE(k.ok());
+  std::vector<double> bs = {1, 2, 3, 4}, ch = {0, 1, 2}, out(12);
+  ASSERT_TRUE(Interpret(*k, 12, {bs.data(), ch.data()}, {out.data()}, {}).ok());
+  EXPECT_EQ(out, (std::vector<double>{1, 2, 101, 102, 201, 202, 3, 4, 103, 104, 203, 204}));
+  EXPECT_EQ(kir::RequiredInputElements(k->inputs[0], 12), 4);
+  EXPECT_EQ(kir::RequiredInputElements(k->inputs[1], 12), 3);
+  EXPECT_EQ(kir::RequiredInputElements(k->inputs[0], 3), 2);   // [0, 1] and 0
+  EXPECT_EQ(kir::RequiredInputElements(k->inputs[1], 3), 2);
 }
 
 TEST(KernelIr, InterpreterOpSemantics) {

@@ -24,10 +24,11 @@ inline kir::Kernel RandomKernel(uint32_t seed, int num_ops = 24) {
   const int num_inputs = 1 + pick(4);
   for (int j = 0; j < num_inputs; ++j) {
     const int d = pick(2);
-    const auto access = static_cast<kir::Access>(pick(4));
-    const bool blocked = access == kir::Access::kInner || access == kir::Access::kOuter;
-    const int64_t inner = 1 + pick(9);
-    pool[d].push_back(b.Input("in" + std::to_string(j), dtype(d), access, blocked ? inner : 1));
+    const auto access = static_cast<kir::Access>(pick(6));
+    const int64_t inner = 1 + pick(9), mid = 1 + pick(4);
+    pool[d].push_back(b.Input("in" + std::to_string(j), dtype(d), access,
+                              kir::HasInner(access) ? inner : 1,
+                              kir::HasMid(access) ? mid : 1));
   }
   for (int j = 0, s = pick(3); j < s; ++j) {
     const int d = pick(2);

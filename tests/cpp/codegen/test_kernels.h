@@ -32,6 +32,8 @@ inline kir::Kernel AllOpsKernel(DType t) {
   int row = b.Input("row", t, Access::kInner, 7);
   int col = b.Input("col", t, Access::kOuter, 5);
   int c = b.Input("c", t, Access::kBroadcast);
+  int bias = b.Input("bias", t, Access::kMiddle, 4, 3);   // [., 1, 4] over [., 3, 4]
+  int channel = b.Input("channel", t, Access::kPeriodic, 2, 3);  // [1, 3, 1] over [., 3, 2]
   int alpha = b.Scalar("alpha", t);
   int half = b.Const(0.5, t);
   int arith = b.Neg(b.Div(b.Sub(b.Mul(b.Add(x, y), alpha), row), b.Add(y, half)));
@@ -44,6 +46,7 @@ inline kir::Kernel AllOpsKernel(DType t) {
   b.Output("sqrt", b.Sqrt(y));
   b.Output("rsqrt", b.Rsqrt(y));
   b.Output("abs", b.Abs(col));
+  b.Output("broadcasts", b.Sub(b.Mul(bias, x), channel));
   b.Output("max", b.Max(x, row));
   b.Output("min", b.Min(col, x));
   int p = b.Add(b.Add(b.Pow(y, 2), b.Pow(y, 3)), b.Add(b.Pow(y, 0.5), b.Pow(y, -1)));

@@ -365,9 +365,10 @@ graph(%x : Tensor, %bias : Tensor):
   EXPECT_EQ(Count(*with_expand.graph, "aten::add"), 1u);
 }
 
-TEST(FuseElementwise, MiddleBroadcastIsNotAbsorbed) {
-  // %w [3, 1, 5] broadcast into the [3, 4, 5] loop: no element, scalar,
-  // inner or outer access reads it, so the mul reading it stays outside.
+TEST(FuseElementwise, MiddleBroadcastIsAbsorbed) {
+  // %w [3, 1, 5] broadcast into the [3, 4, 5] loop (a per-task bias over
+  // rows): the kernel reads it with the middle access, so the whole chain
+  // is one group reading %w itself.
   const char* ir = R"IR(
 graph(%x : Tensor, %w : Tensor):
   %p : Tensor = aten::mul(%x, %x)
@@ -381,16 +382,17 @@ graph(%x : Tensor, %w : Tensor):
   Fused f = SpecializeAndFuse(ir, inputs);
   const Node* g = OnlyGroup(*f.graph);
   ASSERT_NE(g, nullptr);
-  EXPECT_EQ(SubgraphOps(g), 2u) << *Sub(g);
-  EXPECT_EQ(Count(*Sub(g), "aten::tanh"), 1u);
-  EXPECT_EQ(Count(*Sub(g), "aten::neg"), 1u);
-  EXPECT_EQ(Count(*Sub(g), "aten::mul"), 0u) << *Sub(g);
-  EXPECT_EQ(Count(*f.graph, "aten::mul"), 2u) << *f.graph;
-  for (const Value* in : g->inputs()) EXPECT_NE(in, f.graph->inputs()[1]);
+  EXPECT_EQ(SubgraphOps(g), 4u) << *Sub(g);
+  EXPECT_EQ(Count(*Sub(g), "aten::mul"), 2u) << *Sub(g);
+  EXPECT_EQ(Count(*f.graph, "aten::mul"), 0u) << *f.graph;
+  bool reads_w = false;
+  for (const Value* in : g->inputs()) reads_w = reads_w || in == f.graph->inputs()[1];
+  EXPECT_TRUE(reads_w) << *f.graph;
   ExpectFusedMatchesPlain(f, inputs);
 
-  // The same through an explicit expand: the [3, 1, 5] -> [3, 4, 5] expand
-  // (and the exp before it) stay outside; the group reads the expanded value.
+  // The same through an explicit expand: the expand and the exp before it
+  // join the group too (exp runs per loop element on the middle read of
+  // %w), and the group reads %w itself.
   const char* expanded_ir = R"IR(
 graph(%x : Tensor, %w : Tensor):
   %false : bool = prim::Constant[value=0]()
@@ -404,14 +406,14 @@ graph(%x : Tensor, %w : Tensor):
   Fused e = SpecializeAndFuse(expanded_ir, inputs);
   const Node* ge = OnlyGroup(*e.graph);
   ASSERT_NE(ge, nullptr);
-  EXPECT_EQ(SubgraphOps(ge), 2u) << *Sub(ge);
-  EXPECT_EQ(Count(*e.graph, "aten::expand"), 1u) << *e.graph;
-  EXPECT_EQ(Count(*e.graph, "aten::exp"), 1u) << *e.graph;
-  EXPECT_EQ(Count(*Sub(ge), "aten::expand"), 0u) << *Sub(ge);
-  const Value* expand_out = NodesOf(*e.graph, "aten::expand")[0]->output();
-  bool reads_expand = false;
-  for (const Value* in : ge->inputs()) reads_expand = reads_expand || in == expand_out;
-  EXPECT_TRUE(reads_expand) << *e.graph;
+  EXPECT_EQ(Count(*e.graph, "aten::expand"), 0u) << *e.graph;
+  EXPECT_EQ(Count(*e.graph, "aten::exp"), 0u) << *e.graph;
+  EXPECT_EQ(Count(*Sub(ge), "aten::exp"), 1u) << *Sub(ge);
+  bool reads_w_itself = false;
+  for (const Value* in : ge->inputs()) {
+    reads_w_itself = reads_w_itself || in == e.graph->inputs()[1];
+  }
+  EXPECT_TRUE(reads_w_itself) << *e.graph;
   ExpectFusedMatchesPlain(e, inputs);
 }
 
@@ -854,6 +856,7 @@ TEST(ClassifyBroadcast, Forms) {
     std::vector<int64_t> sizes, loop;
     A access;
     int64_t inner;
+    int64_t mid = 1;
   };
   const std::vector<Case> cases = {
       {{3, 4}, {3, 4}, A::kElement, 1},
@@ -868,20 +871,29 @@ TEST(ClassifyBroadcast, Forms) {
       {{3, 1}, {3, 4}, A::kOuter, 4},
       {{2, 1, 1}, {2, 3, 4}, A::kOuter, 12},
       {{2, 3, 1}, {2, 3, 4}, A::kOuter, 4},
+      {{3, 1, 5}, {3, 4, 5}, A::kMiddle, 5, 4},        // a per-task bias over rows
+      {{25, 1, 1, 40}, {25, 2, 10, 40}, A::kMiddle, 40, 20},
+      {{1, 3, 1}, {2, 3, 4}, A::kPeriodic, 4, 3},       // a channel vector over NCHW
+      {{64, 1, 1}, {5, 64, 14, 14}, A::kPeriodic, 196, 64},
+      {{1, 3, 1, 1}, {2, 3, 1, 4}, A::kPeriodic, 4, 3},  // size-1 loop dims belong to no run
   };
   for (const Case& c : cases) {
     auto got = ClassifyBroadcast(c.sizes, c.loop);
     ASSERT_TRUE(got.has_value()) << c10::IntArrayRef(c.sizes) << " in " << c10::IntArrayRef(c.loop);
     EXPECT_EQ(got->access, c.access) << c10::IntArrayRef(c.sizes) << " in "
                                      << c10::IntArrayRef(c.loop);
-    if (c.access == A::kInner || c.access == A::kOuter) {
+    if (c.access != A::kElement && c.access != A::kBroadcast) {
       EXPECT_EQ(got->inner, c.inner) << c10::IntArrayRef(c.sizes) << " in "
                                      << c10::IntArrayRef(c.loop);
     }
+    if (c.access == A::kMiddle || c.access == A::kPeriodic) {
+      EXPECT_EQ(got->mid, c.mid) << c10::IntArrayRef(c.sizes) << " in "
+                                 << c10::IntArrayRef(c.loop);
+    }
   }
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> rejected = {
-      {{3, 1, 5}, {3, 4, 5}},  // middle broadcast
-      {{1, 3, 1}, {2, 3, 4}},  // middle block
+      {{3, 1, 5, 1}, {3, 4, 5, 6}},  // four runs
+      {{1, 4, 1, 6}, {3, 4, 5, 6}},  // four runs
       {{5}, {3, 4}},           // does not broadcast
       {{2, 3, 4}, {3, 4}},     // larger than the loop
       {{3}, {3, 1}},
