@@ -18,6 +18,7 @@
 #include "compiler/lower_broadcast.h"
 #include "compiler/lower_fusion_group.h"
 #include "compiler/lower_matmul.h"
+#include "compiler/rank_one_products.h"
 #include "compiler/split_grouped_convolutions.h"
 #include "compiler/lower_optimizer_ops.h"
 #include "compiler/lower_to_program.h"
@@ -72,6 +73,7 @@ runtime::ProgramCode FuseAndLower(std::shared_ptr<Graph> graph, const std::strin
     const ConvolutionSplitStats convolutions = SplitGroupedConvolutions(graph, split_policy);
     report->grouped_convolutions = convolutions.grouped;
     report->split_convolutions = convolutions.split;
+    RankOneProductsToMultiplies(graph);  // before GEMMs: outer products fuse
     report->gemms = LowerMatmulToGemm(graph);
     const FusionStats vertical = FuseElementwise(graph);
     const HorizontalFusionStats horizontal = FuseHorizontally(graph);

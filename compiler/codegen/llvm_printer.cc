@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <numeric>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -63,8 +65,18 @@ class Printer {
       fits = fits && in.inner < (int64_t{1} << 31) && in.mid * in.inner < (int64_t{1} << 31);
     }
     index_math = index_math && fits;
-    std::string body = Body(sym + ".body", /*narrow=*/false);
-    if (index_math) body += Body(sym + ".body32", /*narrow=*/true);
+    // Rows: when every index-math input's period is a multiple of a row
+    // length L worth a loop of its own, the loop runs row by row (rows
+    // aligned to L): within a row each such input is either one value or a
+    // contiguous run, so the inner loop has no division at all.
+    row_ = RowLength();
+    std::string body;
+    if (row_ > 0) {
+      body = Body(sym + ".rows", Mode::kRows);
+    } else {
+      body = Body(sym + ".body", Mode::kWide);
+      if (index_math) body += Body(sym + ".body32", Mode::kNarrow);
+    }
     // The entry point: unpack pointer arrays and scalars, call the body.
     std::string entry;
     absl::StrAppend(&entry, "define void @", sym,
@@ -92,7 +104,10 @@ class Printer {
         args.push_back(absl::StrCat("double %s", j, ".d"));
       }
     }
-    if (index_math) {
+    if (row_ > 0) {
+      absl::StrAppend(&entry, "  call void @", sym, ".rows(", absl::StrJoin(args, ", "),
+                      ")\n  ret void\n}\n\n");
+    } else if (index_math) {
       absl::StrAppend(&entry,
                       "  %fits = icmp sle i64 %end, 2147483647\n"
                       "  br i1 %fits, label %narrow, label %wide\n"
@@ -101,8 +116,10 @@ class Printer {
                       "  ret void\n"
                       "wide:\n");
     }
-    absl::StrAppend(&entry, "  call void @", sym, ".body(", absl::StrJoin(args, ", "),
-                    ")\n  ret void\n}\n\n");
+    if (row_ == 0) {
+      absl::StrAppend(&entry, "  call void @", sym, ".body(", absl::StrJoin(args, ", "),
+                      ")\n  ret void\n}\n\n");
+    }
 
     std::string module = absl::StrCat("; metafuse kernel ", k_.name, "\n\n");
     for (const std::string& d : decls_) absl::StrAppend(&module, d, "\n");
@@ -116,9 +133,26 @@ class Printer {
   // One definition of the element loop, `name`(begin, end, buffers,
   // scalars); `narrow`: index arithmetic in 32 bits (the caller guarantees
   // end < 2^31).
-  std::string Body(const std::string& name, bool narrow) {
+  enum class Mode { kWide, kNarrow, kRows };
+
+  // The row length for Mode::kRows: the gcd of the periods of the inputs
+  // read by position (inner, and mid * inner for the middle access), if it
+  // is at least 16 elements; else 0 (the flat loop).
+  int64_t RowLength() const {
+    int64_t g = 0;
+    for (const kir::InputSpec& in : k_.inputs) {
+      if (!kir::HasInner(in.access)) continue;
+      g = std::gcd(g, in.inner);
+      if (kir::HasMid(in.access)) g = std::gcd(g, in.mid * in.inner);
+    }
+    return g >= 16 ? g : 0;
+  }
+
+  std::string Body(const std::string& name, Mode mode) {
     std::fill(names_.begin(), names_.end(), std::string());
-    narrow_ = narrow;
+    row_bases_.clear();
+    narrow_ = mode == Mode::kNarrow;
+    rows_ = mode == Mode::kRows;
     std::vector<std::string> params = {"i64 %begin", "i64 %end"};
     for (size_t j = 0; j < k_.inputs.size(); ++j) {
       params.push_back(absl::StrCat(Ty(k_.inputs[j].dtype),
@@ -148,11 +182,46 @@ class Printer {
                         "* %in", n.index, ", align ", Align(n.dtype), "\n");
       }
     }
-    body +=
-        "  br label %loop\n"
-        "loop:\n"
-        "  %i = phi i64 [ %begin, %preheader ], [ %i.next, %loop ]\n";
-    if (narrow) body += "  %i32 = trunc i64 %i to i32\n";
+    if (rows_) {
+      // row: [rs, re) = [rs, min(end, (rs / L + 1) * L)); the positional
+      // inputs' values or run starts are computed here, once per row.
+      absl::StrAppend(&body,
+                      "  br label %row\n"
+                      "row:\n"
+                      "  %rs = phi i64 [ %begin, %preheader ], [ %re, %rowlatch ]\n"
+                      "  %rq = udiv i64 %rs, ", row_, "\n"
+                      "  %rq1 = add nuw i64 %rq, 1\n"
+                      "  %rnext = mul nuw i64 %rq1, ", row_, "\n"
+                      "  %rshort = icmp slt i64 %rnext, %end\n"
+                      "  %re = select i1 %rshort, i64 %rnext, i64 %end\n");
+      for (int id : order) {
+        const Node& n = k_.nodes[id];
+        if (n.op != Op::kInput || !kir::HasInner(k_.inputs[n.index].access)) continue;
+        const kir::InputSpec& in = k_.inputs[n.index];
+        const std::string j = IndexAt(id, "%rs", "i64", &body);
+        if (in.access == Access::kOuter || in.access == Access::kPeriodic) {
+          // One value per row: loaded here, read by every element.
+          names_[id] = absl::StrCat("%v", id);
+          absl::StrAppend(&body, "  %rp", id, " = getelementptr inbounds ", Ty(n.dtype), ", ",
+                          Ty(n.dtype), "* %in", n.index, ", i64 ", j, "\n  %v", id,
+                          " = load ", Ty(n.dtype), ", ", Ty(n.dtype), "* %rp", id,
+                          ", align ", Align(n.dtype), "\n");
+        } else {
+          row_bases_[id] = j;  // a contiguous run from here
+        }
+      }
+      body +=
+          "  br label %loop\n"
+          "loop:\n"
+          "  %i = phi i64 [ %rs, %row ], [ %i.next, %loop ]\n"
+          "  %off = sub nuw i64 %i, %rs\n";
+    } else {
+      body +=
+          "  br label %loop\n"
+          "loop:\n"
+          "  %i = phi i64 [ %begin, %preheader ], [ %i.next, %loop ]\n";
+    }
+    if (narrow_) body += "  %i32 = trunc i64 %i to i32\n";
     for (int id : order) {
       if (names_[id].empty()) Emit(id, &body);
     }
@@ -163,14 +232,58 @@ class Printer {
       absl::StrAppend(&body, "  store ", Ty(t), " ", names_[k_.outputs[j].node], ", ",
                       Ty(t), "* %po", j, ", align ", Align(t), "\n");
     }
+    if (rows_) {
+      body +=
+          "  %i.next = add nsw i64 %i, 1\n"
+          "  %more = icmp slt i64 %i.next, %re\n"
+          "  br i1 %more, label %loop, label %rowlatch\n"
+          "rowlatch:\n"
+          "  %morerows = icmp slt i64 %re, %end\n"
+          "  br i1 %morerows, label %row, label %exit\n";
+    } else {
+      body +=
+          "  %i.next = add nsw i64 %i, 1\n"
+          "  %more = icmp slt i64 %i.next, %end\n"
+          "  br i1 %more, label %loop, label %exit\n";
+    }
     body +=
-        "  %i.next = add nsw i64 %i, 1\n"
-        "  %more = icmp slt i64 %i.next, %end\n"
-        "  br i1 %more, label %loop, label %exit\n"
         "exit:\n"
         "  ret void\n"
         "}\n\n";
     return body;
+  }
+
+  // The element input node `id` reads at loop index `i` (an SSA value of
+  // integer type `w`), by its access: appended to `out`, returned.
+  std::string IndexAt(int id, const std::string& i, const char* w, std::string* out) {
+    const kir::InputSpec& in = k_.inputs[k_.nodes[id].index];
+    const std::string j = Fresh(id);
+    switch (in.access) {
+      case Access::kInner:
+      case Access::kOuter:
+        absl::StrAppend(out, "  ", j, " = ", in.access == Access::kInner ? "urem" : "udiv", " ",
+                        w, " ", i, ", ", in.inner, "\n");
+        break;
+      case Access::kMiddle: {
+        // (i / (mid * inner)) * inner + i % inner
+        const std::string q = Fresh(id), base = Fresh(id), r = Fresh(id);
+        absl::StrAppend(out, "  ", q, " = udiv ", w, " ", i, ", ", in.mid * in.inner, "\n");
+        absl::StrAppend(out, "  ", base, " = mul nuw ", w, " ", q, ", ", in.inner, "\n");
+        absl::StrAppend(out, "  ", r, " = urem ", w, " ", i, ", ", in.inner, "\n");
+        absl::StrAppend(out, "  ", j, " = add nuw ", w, " ", base, ", ", r, "\n");
+        break;
+      }
+      case Access::kPeriodic: {
+        // (i / inner) % mid
+        const std::string q = Fresh(id);
+        absl::StrAppend(out, "  ", q, " = udiv ", w, " ", i, ", ", in.inner, "\n");
+        absl::StrAppend(out, "  ", j, " = urem ", w, " ", q, ", ", in.mid, "\n");
+        break;
+      }
+      default:
+        return i;
+    }
+    return j;
   }
 
   DType OutType(size_t j) const { return k_.nodes[k_.outputs[j].node].dtype; }
@@ -273,34 +386,17 @@ class Printer {
       case Op::kInput: {
         const kir::InputSpec& in = k_.inputs[n.index];
         std::string index = "%i";
-        if (kir::HasInner(in.access)) {
-          // The element index from i, in 32 or 64 bits.
-          const char* w = narrow_ ? "i32" : "i64";
-          const std::string i = narrow_ ? "%i32" : "%i";
-          std::string j;
-          if (in.access == Access::kInner || in.access == Access::kOuter) {
-            j = Fresh(id);
-            absl::StrAppend(out, "  ", j, " = ", in.access == Access::kInner ? "urem" : "udiv",
-                            " ", w, " ", i, ", ", in.inner, "\n");
-          } else if (in.access == Access::kMiddle) {
-            // (i / (mid * inner)) * inner + i % inner
-            const std::string q = Fresh(id), base = Fresh(id), r = Fresh(id);
-            j = Fresh(id);
-            absl::StrAppend(out, "  ", q, " = udiv ", w, " ", i, ", ", in.mid * in.inner, "\n");
-            absl::StrAppend(out, "  ", base, " = mul nuw ", w, " ", q, ", ", in.inner, "\n");
-            absl::StrAppend(out, "  ", r, " = urem ", w, " ", i, ", ", in.inner, "\n");
-            absl::StrAppend(out, "  ", j, " = add nuw ", w, " ", base, ", ", r, "\n");
-          } else {  // kPeriodic: (i / inner) % mid
-            const std::string q = Fresh(id);
-            j = Fresh(id);
-            absl::StrAppend(out, "  ", q, " = udiv ", w, " ", i, ", ", in.inner, "\n");
-            absl::StrAppend(out, "  ", j, " = urem ", w, " ", q, ", ", in.mid, "\n");
-          }
+        if (rows_ && kir::HasInner(in.access)) {
+          // Inside a row: the run start plus the offset in the row.
           index = absl::StrCat("%j", id);
+          absl::StrAppend(out, "  ", index, " = add nuw i64 ", row_bases_.at(id), ", %off\n");
+        } else if (kir::HasInner(in.access)) {
           if (narrow_) {
+            const std::string j = IndexAt(id, "%i32", "i32", out);
+            index = absl::StrCat("%j", id);
             absl::StrAppend(out, "  ", index, " = zext i32 ", j, " to i64\n");
           } else {
-            index = j;
+            index = IndexAt(id, "%i", "i64", out);
           }
         }
         absl::StrAppend(out, "  %p", id, " = getelementptr inbounds ", Ty(t), ", ", Ty(t),
@@ -424,6 +520,9 @@ class Printer {
   std::set<std::string> decls_;
   int temp_ = 0;
   bool narrow_ = false;  // index arithmetic in 32 bits (Body)
+  bool rows_ = false;    // the loop runs row by row (Body)
+  int64_t row_ = 0;      // the row length, 0 for the flat loop (RowLength)
+  std::map<int, std::string> row_bases_;  // a contiguous input's run start in a row
 };
 
 }  // namespace

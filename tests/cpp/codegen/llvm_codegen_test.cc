@@ -30,7 +30,8 @@ using testing::MaxUlp;
 TEST(LlvmCodegen, JitMatchesInterpreter) {
   for (kir::Kernel k : {AllOpsKernel(DType::kF32), AllOpsKernel(DType::kF64),
                         testing::PassThroughKernel(DType::kF32),
-                        testing::PassThroughKernel(DType::kF64)}) {
+                        testing::PassThroughKernel(DType::kF64),
+                        testing::RowsKernel(DType::kF32), testing::RowsKernel(DType::kF64)}) {
     auto ck = testing::CompileHostKernel(k);
     ASSERT_TRUE(ck.ok()) << ck.status();
     int64_t worst = 0;
@@ -123,6 +124,37 @@ TEST(LlvmCodegen, ExpAndSigmoidLoopsAreVectorized) {
                                   std::regex("fmul <\\d+ x " + elem + ">")))
         << (*ck)->optimized_ir();
     EXPECT_EQ((*ck)->optimized_ir().find("@exp"), std::string::npos);
+  }
+}
+
+// A kernel whose positional reads all have periods that are multiples of 16
+// runs row by row: the loop inside a row has no division and vectorizes,
+// and any [begin, end) split (rows cut anywhere) gives the interpreter's
+// bits.
+TEST(LlvmCodegen, RowsLoopMatchesForAnySplitAndVectorizes) {
+  for (DType t : {DType::kF32, DType::kF64}) {
+    kir::Kernel k = testing::RowsKernel(t);
+    auto ck = testing::CompileHostKernel(k);
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    const std::string elem = t == DType::kF32 ? "float" : "double";
+    EXPECT_TRUE(std::regex_search((*ck)->optimized_ir(),
+                                  std::regex("fadd <\\d+ x " + elem + ">")))
+        << (*ck)->optimized_ir();
+    EXPECT_FALSE(std::regex_search((*ck)->optimized_ir(), std::regex("udiv <")))
+        << "division inside the vector loop";
+    const int64_t n = 3 * 5 * 64 * 4 + 7;
+    Buffers want(k, n, 9), got(k, n, 9);
+    ASSERT_TRUE(kir::Interpret(k, n, want.in_ptrs, want.out_ptrs, want.scalars).ok());
+    const int64_t cuts[] = {0, 1, 5, 17, 31, 32, 33, 300, 961, 1031, 2000, n};
+    for (size_t c = 0; c + 1 < std::size(cuts); ++c) {
+      (*ck)->function()(cuts[c], cuts[c + 1], const_cast<void* const*>(got.in_ptrs.data()),
+                        got.out_ptrs.data(), got.scalars.data());
+    }
+    for (size_t o = 0; o < k.outputs.size(); ++o) {
+      int64_t where = -1;
+      EXPECT_EQ(MaxUlp(k, o, want, got, n, &where), 0)
+          << k.name << " output " << k.outputs[o].name << " at " << where;
+    }
   }
 }
 

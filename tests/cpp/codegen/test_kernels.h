@@ -67,6 +67,21 @@ inline kir::Kernel AllOpsKernel(DType t) {
 
 // Outputs that are inputs, broadcasts, scalars and constants themselves (no
 // op in between), an unused input, and a dead node.
+// Positional reads with long periods (a per-task bias over rows, a column,
+// a per-channel vector over NCHW planes): every period a multiple of 16, so
+// the JIT runs it row by row (compiler/codegen/llvm_printer.cc).
+inline kir::Kernel RowsKernel(DType t) {
+  kir::KernelBuilder b(t == DType::kF32 ? "rows_f32" : "rows_f64");
+  int x = b.Input("x", t);
+  int row = b.Input("row", t, Access::kInner, 32);
+  int col = b.Input("col", t, Access::kOuter, 64);
+  int bias = b.Input("bias", t, Access::kMiddle, 32, 3);       // [., 1, 32] over [., 3, 32]
+  int channel = b.Input("channel", t, Access::kPeriodic, 48, 5);  // [1, 5, 1] over [., 5, 48]
+  b.Output("sum", b.Add(b.Add(b.Mul(x, row), col), b.Sub(bias, channel)));
+  b.Output("relu", b.Relu(b.Add(x, bias)));
+  return *b.Build();
+}
+
 inline kir::Kernel PassThroughKernel(DType t) {
   kir::KernelBuilder b(t == DType::kF32 ? "pass_f32" : "pass_f64");
   int x = b.Input("x", t);

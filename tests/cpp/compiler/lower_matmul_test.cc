@@ -10,6 +10,7 @@
 
 #include "runtime/gemm.h"
 #include "compiler/lower_matmul.h"
+#include "compiler/rank_one_products.h"
 #include "compiler/specialize_shapes.h"
 #include "tests/cpp/compiler/specialized_runner.h"
 
@@ -205,6 +206,53 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor):
                                        torch::randn({6, 5, 5}, opts)};
     ExpectGemmsMatchGeneric(kBatched, inputs, dtype, 4);
   }
+}
+
+// Products over a contraction of size 1 (a layer from one feature, the
+// gradient through a layer to one output) become broadcast multiplies, per
+// task for bmm; other products stay. Through the whole specialized pipeline
+// the result has the same bits as ATen's bmm (one multiply per element).
+TEST(RankOneProductsToMultiplies, OuterProductsBecomeMultipliesWithTheSameBits) {
+  constexpr const char* kIr = R"IR(
+graph(%x : Tensor, %w : Tensor, %b : Tensor, %h : Tensor, %v : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %two : int = prim::Constant[value=2]()
+  %wt : Tensor = aten::transpose(%w, %one, %two)
+  %outer : Tensor = aten::bmm(%x, %wt)
+  %pre : Tensor = aten::add(%outer, %b, %one)
+  %act : Tensor = aten::relu(%pre)
+  %dense : Tensor = aten::bmm(%h, %v)
+  return (%act, %dense)
+)IR";
+  const std::string ir = kIr;
+  torch::manual_seed(5);
+  std::vector<c10::IValue> inputs = {
+      torch::randn({25, 10, 1}), torch::randn({25, 40, 1}), torch::randn({25, 1, 40}),
+      torch::randn({25, 10, 40}), torch::randn({25, 40, 40})};
+  auto graph = Parse(ir);
+  SpecializeShapes(graph, inputs);
+  EXPECT_EQ(RankOneProductsToMultiplies(graph), 1);
+  EXPECT_EQ(Count(*graph, "aten::bmm"), 1u) << *graph;  // the dense one stays
+  EXPECT_EQ(Count(*graph, "aten::mul"), 1u) << *graph;
+
+  auto x = inputs[0].toTensor(), w = inputs[1].toTensor(), b = inputs[2].toTensor();
+  const at::Tensor want = at::relu(at::bmm(x, w.transpose(1, 2)) + b);
+  SpecializedRunner runner(Parse(ir), "rank_one", nullptr);
+  const auto got = runner.Run(inputs);
+  EXPECT_TRUE(at::equal(got[0].toTensor(), want))
+      << (got[0].toTensor() - want).abs().max().item<double>();
+  EXPECT_TRUE(at::allclose(got[1].toTensor(),
+                           at::bmm(inputs[3].toTensor(), inputs[4].toTensor()), 1e-5, 1e-5));
+
+  // Plain matrices: [M, 1] x [1, N].
+  auto g2 = Parse(R"IR(
+graph(%a : Tensor, %c : Tensor):
+  %p : Tensor = aten::mm(%a, %c)
+  return (%p)
+)IR");
+  SpecializeShapes(g2, {torch::randn({7, 1}), torch::randn({1, 9})});
+  EXPECT_EQ(RankOneProductsToMultiplies(g2), 1);
+  EXPECT_EQ(Count(*g2, "aten::mm"), 0u);
 }
 
 }  // namespace
