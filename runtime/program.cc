@@ -13,6 +13,7 @@
 #include "runtime/fused_kernel_launch.h"
 #include "runtime/convolution.h"
 #include "runtime/gemm.h"
+#include "runtime/max_pool.h"
 #include "runtime/operator_lookup.h"
 #include "runtime/profiler.h"
 #include "runtime/reduction.h"
@@ -75,6 +76,9 @@ torch::jit::Operation OperationFor(const ProgramCode& code, const InstructionCod
         return MakeConvolutionOperation(false, LookUpOperation(ins.schema));
       if (ins.schema.rfind("aten::conv_transpose2d.input(", 0) == 0)
         return MakeConvolutionOperation(true, LookUpOperation(ins.schema));
+      // Pooling: plane by plane (runtime/max_pool.h).
+      if (ins.schema.rfind("aten::max_pool2d_with_indices(", 0) == 0)
+        return MakeMaxPoolOperation(LookUpOperation(ins.schema));
       return LookUpOperation(ins.schema);
     }
     case InstructionKind::kFusedKernel: {
