@@ -13,6 +13,8 @@
 
 #include <ATen/Parallel.h>
 
+#include "runtime/cpu_isa.h"
+
 namespace metafuse::runtime {
 namespace {
 
@@ -99,19 +101,6 @@ void PoolPlanesBase(int64_t begin, int64_t end, const T* in, int64_t height, int
                     int64_t out_h, int64_t out_w, int64_t kh, int64_t kw, T* out,
                     int64_t* index) {
   PoolPlanes<T>(begin, end, in, height, width, out_h, out_w, kh, kw, out, index);
-}
-
-enum class Isa { kBase, kAvx2, kAvx512 };
-
-Isa BestIsa() {
-  static const Isa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
-      return Isa::kAvx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-    return Isa::kBase;
-  }();
-  return isa;
 }
 
 template <typename T>

@@ -1,5 +1,7 @@
 #include "runtime/small_gemm.h"
 
+#include "runtime/cpu_isa.h"
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -256,19 +258,6 @@ template <typename T>
 void GemmPackedSse2(int64_t m, int64_t n, int64_t k, const T* a, int64_t a_row, int64_t a_col,
                     const T* packed, int64_t stride, T beta, T* c, int64_t ldc) {
   GemmPacked<T, 16>(m, n, k, a, a_row, a_col, packed, stride, beta, c, ldc);
-}
-
-enum class Isa { kSse2, kAvx2, kAvx512 };
-
-Isa BestIsa() {
-  static const Isa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
-      return Isa::kAvx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-    return Isa::kSse2;
-  }();
-  return isa;
 }
 
 template <typename T>
