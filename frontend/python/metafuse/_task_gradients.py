@@ -1,8 +1,8 @@
 """metafuse.vmap's task loop with each task's backward taken as soon as the
 task has run.
 
-The task loop (the cost check's "tasks" strategy) runs the function
-compiled for one task, task after task. Stacking the tasks' outputs and
+The task loops (the cost check's "tasks" and "calls" strategies) run the
+function compiled for one task, or as written, task after task. Stacking the tasks' outputs and
 differentiating later keeps every task's graph, with its saved
 activations, alive until the meta-backward: four conv-net tasks' buffers
 at once, where the per-task idiom (adapt, query loss, backward, next task)

@@ -26,11 +26,12 @@ A cost check keeps batching from making a call slower: task batching turns
 a task's convolutions into convolutions grouped over the tasks, which
 LibTorch 1.13 runs several times slower than one convolution per task
 (docs/sweep.md). Where the batched program has grouped convolutions, the
-first call with a set of shapes times it against the same function compiled
-for one task and run task after task, each a call and its backward (the
-fastest of up to 3 timed calls), and keeps the faster (``strategies()``
-reports both times; METAFUSE_VMAP_STRATEGY=batched|tasks overrides the
-measurement).
+first call with a set of shapes times it against two task loops: the same
+function compiled for one task ("tasks"), and the function called as
+written ("calls": an adapt function inside is still compiled, the rest is
+eager PyTorch). Each is a call and its backward (the fastest of up to 3
+timed calls), and the fastest is kept (``strategies()`` reports the times;
+METAFUSE_VMAP_STRATEGY=batched|tasks|calls overrides the measurement).
 
 METAFUSE_VMAP_STRATEGY=parallel splits the meta-batch into one chunk of
 tasks per thread, each chunk's batched program run on its own thread,
@@ -59,10 +60,12 @@ __all__ = ["vmap", "BatchedFunction"]
 _RANDOMNESS = ("error", "different", "same")
 
 STRATEGY_VARIABLE = "METAFUSE_VMAP_STRATEGY"
-_STRATEGIES = ("auto", "batched", "tasks", "parallel")
-# The task loop must be this much faster than the batched program to be
-# chosen: a near tie keeps the one program.
+_STRATEGIES = ("auto", "batched", "tasks", "calls", "parallel")
+# A task loop must be this much faster than the batched program to be
+# chosen (a near tie keeps the one program), and the loop of calls this much
+# faster than the loop of one-task programs (a tie keeps the compiled one).
 _TASKS_MARGIN = 1.1
+_CALLS_MARGIN = 1.05
 
 
 def _strategy_setting():
@@ -169,8 +172,8 @@ class BatchedFunction:
         setting = _strategy_setting()
         if size == 1 or setting == "batched":
             return self._program_for(args, dims)(*args)
-        if setting == "tasks":
-            return self._task_loop(args, dims)
+        if setting in ("tasks", "calls"):
+            return self._task_loop(args, dims, compiled=setting == "tasks")
         if setting == "parallel":
             return self._parallel(args, dims, size)
         key = (self._program_key(args, dims), tuple(
@@ -178,15 +181,15 @@ class BatchedFunction:
             if isinstance(t, torch.Tensor)))
         record = self._strategies.get(key)
         if record is not None:
-            if record["strategy"] == "tasks":
-                return self._task_loop(args, dims)
+            if record["strategy"] in ("tasks", "calls"):
+                return self._task_loop(args, dims, compiled=record["strategy"] == "tasks")
             return self._program_for(args, dims)(*args)
         return self._choose_strategy(key, args, dims, size)
 
     def _choose_strategy(self, key, args, dims, size):
         """The first call with these shapes: the batched program, and where
-        it has grouped convolutions also the task loop, each run with its
-        backward once to compile and up to 3 times timed; the faster's
+        it has grouped convolutions also the two task loops, each run with
+        its backward once to compile and up to 3 times timed; the fastest's
         result is returned."""
         batched = self._program_for(args, dims)
         out = batched(*args)
@@ -214,12 +217,17 @@ class BatchedFunction:
             return min(timed[1:])
 
         batched_s = seconds(lambda: batched(*args))
-        tasks_s = seconds(lambda: self._task_loop(args, dims))
-        strategy = "tasks" if tasks_s * _TASKS_MARGIN < batched_s else "batched"
+        tasks_s = seconds(lambda: self._task_loop(args, dims, compiled=True))
+        calls_s = seconds(lambda: self._task_loop(args, dims, compiled=False))
+        loop, loop_s = (("calls", calls_s) if calls_s * _CALLS_MARGIN < tasks_s
+                        else ("tasks", tasks_s))
+        strategy = loop if loop_s * _TASKS_MARGIN < batched_s else "batched"
         self._strategies[key] = {
             "strategy": strategy, "reason": "grouped convolutions, timed",
-            "batched_s": batched_s, "tasks_s": tasks_s, "tasks": size}
-        return self._task_loop(args, dims) if strategy == "tasks" else batched(*args)
+            "batched_s": batched_s, "tasks_s": tasks_s, "calls_s": calls_s, "tasks": size}
+        if strategy == "batched":
+            return batched(*args)
+        return self._task_loop(args, dims, compiled=strategy == "tasks")
 
     def _parallel(self, args, dims, size):
         """The batched program on one chunk of tasks per thread, the chunks
@@ -237,33 +245,37 @@ class BatchedFunction:
         return [arg if d is None else _tree.map(lambda x, d=d: x.narrow(d, start, stop - start), arg)
                 for arg, d in zip(args, dims)]
 
-    def _task_loop(self, args, dims):
-        """``fn`` compiled for one task (metafuse.compile), run task after
-        task; outputs stacked. Where each task returns one differentiable
-        scalar and a gradient may follow, each task's gradient is taken as
-        it runs and its graph freed (_task_gradients)."""
+    def _task_loop(self, args, dims, compiled=True):
+        """``fn`` compiled for one task (metafuse.compile), or with
+        ``compiled`` False called as written, run task after task; outputs
+        stacked. Where each task returns one differentiable scalar and a
+        gradient may follow, each task's gradient is taken as it runs and
+        its graph freed (_task_gradients)."""
         key = self._program_key(args, dims)
-        compiled = self._task_programs.get(key)
-        if compiled is None:
-            compiled = CompiledFunction(self.fn, key[2], closure_owner=self._closure_owner)
-            self._task_programs[key] = compiled
+        run = self.fn
+        if compiled:
+            run = self._task_programs.get(key)
+            if run is None:
+                run = CompiledFunction(self.fn, key[2], closure_owner=self._closure_owner)
+                self._task_programs[key] = run
         wants_grad = torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad
             for arg in args for t in _tree.leaves(arg))
         if wants_grad and self._scalar_tasks.get(key, True):
             try:
                 return _task_gradients.run_tasks_with_gradients(
-                    compiled, args, dims, self._batch_size(args, dims), self._out_dims)
+                    run, args, dims, self._batch_size(args, dims), self._out_dims)
             except _task_gradients.NotOneScalar:
                 self._scalar_tasks[key] = False
-        return self._each_task(compiled, args, dims)
+        return self._each_task(run, args, dims)
 
     def strategies(self):
         """What the cost check chose per set of argument shapes: a list of
         dicts with ``strategy`` ('batched': one program for the meta-batch;
-        'tasks': the one-task program, task after task), ``reason`` and,
-        where both were timed, ``batched_s`` and ``tasks_s`` (seconds of one
-        call and its backward, each)."""
+        'tasks': the one-task program, task after task; 'calls': the
+        function as written, task after task), ``reason`` and, where timed,
+        ``batched_s``, ``tasks_s`` and ``calls_s`` (seconds of one call and
+        its backward, each)."""
         return [dict(record) for record in self._strategies.values()]
 
     def _program_key(self, args, dims):
