@@ -277,6 +277,64 @@ at::Tensor ConvTranspose2dByGemm(const at::Tensor& input, const at::Tensor& weig
   return out;
 }
 
+bool IsWeightGradientForm(const at::Tensor& input, const at::Tensor& weight,
+                          at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups) {
+  auto ones = [](at::IntArrayRef v) {
+    return std::all_of(v.begin(), v.end(), [](int64_t x) { return x == 1; });
+  };
+  auto transposed_contiguous = [](const at::Tensor& t) {
+    return t.dim() == 4 && !t.is_contiguous() && t.transpose(0, 1).is_contiguous();
+  };
+  return groups == 1 && ones(stride) && ones(dilation) && transposed_contiguous(input) &&
+         transposed_contiguous(weight) && input.size(1) == weight.size(1);
+}
+
+at::Tensor WeightGradientByConvolutionBackward(const at::Tensor& input,
+                                               const at::Tensor& weight,
+                                               at::IntArrayRef padding) {
+  const at::Tensor x = input.transpose(0, 1), dy = weight.transpose(0, 1);  // contiguous
+  const int64_t kh = x.size(2) + 2 * padding[0] - dy.size(2) + 1;
+  const int64_t kw = x.size(3) + 2 * (padding.size() > 1 ? padding[1] : padding[0]) -
+                     dy.size(3) + 1;
+  TORCH_CHECK(kh >= 1 && kw >= 1, "metafuse conv2d: the weight-gradient form of input ",
+              input.sizes(), " and weight ", weight.sizes(), " has no output");
+  // Only the weight's shape is read for a weight gradient.
+  const at::Tensor shape = at::empty({dy.size(1), x.size(1), kh, kw}, x.options());
+  auto grads = at::convolution_backward(dy, x, shape, c10::nullopt, {1, 1}, padding, {1, 1},
+                                        /*transposed=*/false, {0, 0}, /*groups=*/1,
+                                        {false, true, false});
+  return std::get<1>(grads).transpose(0, 1);
+}
+
+bool IsInputGradientForm(const at::Tensor& input, const at::Tensor& weight,
+                         at::IntArrayRef stride, at::IntArrayRef output_padding, int64_t groups,
+                         at::IntArrayRef dilation) {
+  auto all = [](at::IntArrayRef v, int64_t value) {
+    return std::all_of(v.begin(), v.end(), [value](int64_t x) { return x == value; });
+  };
+  return input.scalar_type() == at::kFloat && at::hasMKLDNN() &&
+         at::globalContext().userEnabledMkldnn() && groups == 1 && all(stride, 1) &&
+         all(dilation, 1) && all(output_padding, 0) && input.dim() == 4 && weight.dim() == 4 &&
+         input.size(1) == weight.size(0);
+}
+
+at::Tensor InputGradientByConvolutionBackward(const at::Tensor& input, const at::Tensor& weight,
+                                              at::IntArrayRef padding) {
+  const int64_t pad_w = padding.size() > 1 ? padding[1] : padding[0];
+  const int64_t h = input.size(2) + weight.size(2) - 1 - 2 * padding[0];
+  const int64_t w = input.size(3) + weight.size(3) - 1 - 2 * pad_w;
+  TORCH_CHECK(h >= 1 && w >= 1, "metafuse conv_transpose2d: empty output for input ",
+              input.sizes(), " and weight ", weight.sizes());
+  // Only the input's shape is read for an input gradient (never touched:
+  // no page of it is faulted in).
+  const at::Tensor shape = at::empty({input.size(0), weight.size(1), h, w}, input.options());
+  auto grads = at::convolution_backward(input.contiguous(), shape, weight.contiguous(),
+                                        c10::nullopt, {1, 1}, padding, {1, 1},
+                                        /*transposed=*/false, {0, 0}, /*groups=*/1,
+                                        {true, false, false});
+  return std::get<0>(grads);
+}
+
 torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Operation aten) {
   if (!GemmConvolutionsEnabled()) return aten;
   const size_t arity = transposed ? 8 : 7;
@@ -290,6 +348,22 @@ torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Oper
       return;
     }
     const int64_t groups = args[transposed ? 6 : 6].toInt();
+    if (!transposed && !(bias.has_value() && bias->defined()) &&
+        IsWeightGradientForm(input, weight, args[3].toIntVector(), args[5].toIntVector(),
+                             groups)) {
+      at::Tensor out = WeightGradientByConvolutionBackward(input, weight, args[4].toIntVector());
+      torch::jit::drop(stack, arity);
+      stack.emplace_back(std::move(out));
+      return;
+    }
+    if (transposed && !(bias.has_value() && bias->defined()) &&
+        IsInputGradientForm(input, weight, args[3].toIntVector(), args[5].toIntVector(),
+                            groups, args[7].toIntVector())) {
+      at::Tensor out = InputGradientByConvolutionBackward(input, weight, args[4].toIntVector());
+      torch::jit::drop(stack, arity);
+      stack.emplace_back(std::move(out));
+      return;
+    }
     if (!PreferGemmConvolution(weight, groups, transposed)) {
       aten(stack);
       return;

@@ -38,9 +38,35 @@ at::Tensor ConvTranspose2dByGemm(const at::Tensor& input, const at::Tensor& weig
                                  at::IntArrayRef padding, at::IntArrayRef output_padding,
                                  int64_t groups, at::IntArrayRef dilation);
 
+// A weight gradient in the form the derivative rule writes it:
+// conv2d(x^T, dy^T) with x [N, Cin, H, W] and dy [N, Cout, H', W'] both
+// transposed in their first two dims, stride 1, dilation 1, one group. It
+// equals the transpose of ATen's convolution_backward weight gradient,
+// which runs oneDNN's backward-weights kernel on x and dy as they are
+// (1.4x-1.8x faster here than the forward kernel on copies of the
+// transposes with an image-sized kernel; bench/conv_bench.cc).
+bool IsWeightGradientForm(const at::Tensor& input, const at::Tensor& weight,
+                          at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups);
+// conv2d(input, weight, padding) for that form, as a [Cin, Cout, kh, kw]
+// view (the transpose of a contiguous [Cout, Cin, kh, kw] tensor).
+at::Tensor WeightGradientByConvolutionBackward(const at::Tensor& input,
+                                               const at::Tensor& weight,
+                                               at::IntArrayRef padding);
+
+// An input gradient: conv_transpose2d(dy, w) with stride 1, dilation 1, no
+// output padding, one group, float32 where ATen has oneDNN: ATen's
+// convolution_backward input gradient, oneDNN's backward-data kernel (1.8x
+// the GEMM convolution on the Omniglot net's query layers). Float64 keeps
+// the GEMM convolution (ATen's float64 kernel is no faster than it).
+bool IsInputGradientForm(const at::Tensor& input, const at::Tensor& weight,
+                         at::IntArrayRef stride, at::IntArrayRef output_padding, int64_t groups,
+                         at::IntArrayRef dilation);
+at::Tensor InputGradientByConvolutionBackward(const at::Tensor& input, const at::Tensor& weight,
+                                              at::IntArrayRef padding);
+
 // The operation of an aten::conv2d (transposed: aten::conv_transpose2d.input)
-// instruction: the GEMM convolution where it applies and is preferred,
-// `aten` otherwise.
+// instruction: a weight or input gradient form through convolution_backward,
+// the GEMM convolution where it applies and is preferred, `aten` otherwise.
 // METAFUSE_GEMM_CONVOLUTIONS=0 always takes `aten`.
 torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Operation aten);
 

@@ -126,6 +126,69 @@ TEST(GemmConvolution, WhatItDoesNotCoverGoesToATen) {
   ExpectClose(stack[0].toTensor(), at::conv2d(x, w, {}, 1, 1), 1e-4, 1e-4, "operation");
 }
 
+// The weight gradient as the derivative rule writes it, conv2d(x^T, dy^T),
+// computed through convolution_backward: ATen's conv2d of the transposes
+// (float64 to 1e-12, float32 to 1e-4 relative), through the operation too;
+// other layouts, strides or groups are not this form.
+TEST(WeightGradientForm, MatchesConv2dOfTheTransposes) {
+  for (auto dtype : {at::kDouble, at::kFloat}) {
+    const double tol = dtype == at::kDouble ? 1e-12 : 1e-4;
+    for (int64_t pad : {0, 1, 2}) {
+      const at::Tensor x = at::randn({5, 3, 9, 8}, dtype), dy = at::randn({5, 4, 7, 8}, dtype);
+      const at::Tensor xt = x.transpose(0, 1), dyt = dy.transpose(0, 1);
+      ASSERT_TRUE(IsWeightGradientForm(xt, dyt, {1, 1}, {1, 1}, 1));
+      const at::Tensor want = at::conv2d(xt, dyt, {}, 1, pad);
+      ExpectClose(WeightGradientByConvolutionBackward(xt, dyt, {pad, pad}), want, tol, tol,
+                  "weight gradient, padding " + std::to_string(pad));
+      torch::jit::Operation op = MakeConvolutionOperation(false, [](torch::jit::Stack&) {
+        FAIL() << "handed to ATen";
+      });
+      torch::jit::Stack stack = {xt, dyt, c10::IValue(), std::vector<int64_t>{1, 1},
+                                 std::vector<int64_t>{pad, pad}, std::vector<int64_t>{1, 1},
+                                 int64_t{1}};
+      op(stack);
+      ASSERT_EQ(stack.size(), 1u);
+      ExpectClose(stack[0].toTensor(), want, tol, tol, "operation");
+    }
+  }
+  const at::Tensor x = at::randn({5, 4, 9, 8}), dy = at::randn({5, 4, 7, 8});
+  EXPECT_FALSE(IsWeightGradientForm(x, dy, {1, 1}, {1, 1}, 1));  // not transposed
+  EXPECT_FALSE(IsWeightGradientForm(x.transpose(0, 1), dy.transpose(0, 1), {2, 2}, {1, 1}, 1));
+  EXPECT_FALSE(IsWeightGradientForm(x.transpose(0, 1), dy.transpose(0, 1), {1, 1}, {2, 2}, 1));
+  EXPECT_FALSE(IsWeightGradientForm(x.transpose(0, 1), dy.transpose(0, 1), {1, 1}, {1, 1}, 2));
+}
+
+// The input gradient form, conv_transpose2d(dy, w) at stride 1, through
+// convolution_backward (float32 with oneDNN): ATen's conv_transpose2d to
+// 1e-4 relative, through the operation too; float64 and strided calls are
+// not this form.
+TEST(InputGradientForm, MatchesConvTranspose2d) {
+  if (!at::hasMKLDNN()) GTEST_SKIP() << "this LibTorch has no oneDNN";
+  for (int64_t pad : {0, 1, 2}) {
+    const at::Tensor dy = at::randn({5, 6, 9, 8}), w = at::randn({6, 3, 3, 3});
+    ASSERT_TRUE(IsInputGradientForm(dy, w, {1, 1}, {0, 0}, 1, {1, 1}));
+    const at::Tensor want = at::conv_transpose2d(dy, w, {}, 1, pad);
+    ExpectClose(InputGradientByConvolutionBackward(dy, w, {pad, pad}), want, 1e-4, 1e-4,
+                "input gradient, padding " + std::to_string(pad));
+    torch::jit::Operation op = MakeConvolutionOperation(true, [](torch::jit::Stack&) {
+      FAIL() << "handed to ATen";
+    });
+    torch::jit::Stack stack = {dy, w, c10::IValue(), std::vector<int64_t>{1, 1},
+                               std::vector<int64_t>{pad, pad}, std::vector<int64_t>{0, 0},
+                               int64_t{1}, std::vector<int64_t>{1, 1}};
+    op(stack);
+    ASSERT_EQ(stack.size(), 1u);
+    ExpectClose(stack[0].toTensor(), want, 1e-4, 1e-4, "operation");
+  }
+  const at::Tensor dy = at::randn({5, 6, 9, 8}), w = at::randn({6, 3, 3, 3});
+  EXPECT_FALSE(IsInputGradientForm(dy.to(at::kDouble), w.to(at::kDouble), {1, 1}, {0, 0}, 1,
+                                   {1, 1}));
+  EXPECT_FALSE(IsInputGradientForm(dy, w, {2, 2}, {0, 0}, 1, {1, 1}));
+  EXPECT_FALSE(IsInputGradientForm(dy, w, {1, 1}, {1, 1}, 1, {1, 1}));
+  EXPECT_FALSE(IsInputGradientForm(dy, w, {1, 1}, {0, 0}, 2, {1, 1}));
+  EXPECT_FALSE(IsInputGradientForm(dy, w, {1, 1}, {0, 0}, 1, {2, 2}));
+}
+
 TEST(GemmConvolution, MismatchedGroupsAreNamed) {
   const at::Tensor x = at::randn({1, 4, 5, 5}), w = at::randn({3, 2, 3, 3});
   try {
