@@ -41,6 +41,7 @@ import torch
 
 from metafuse import _C
 from metafuse import _batched_tensors
+from metafuse import _fusion_check
 from metafuse import tree as _tree
 from metafuse.alias import _is_rate_tree
 from metafuse.base import GradientTransformation, apply_updates
@@ -226,6 +227,21 @@ class _CompiledBase:
     def __init__(self):
         self.compile_count = 0
         self._programs = {}  # guard -> compiled C++ object (+ extra) or fallback reason
+        self._fusion_checks = []  # the fusion cost check's records, in compile order
+
+    def fusion_checks(self):
+        """What the fusion cost check measured on each guard's first call
+        (_fusion_check): dicts with ``fusion`` (whether the specialized,
+        fused program was kept), ``fused_s`` and ``unfused_s`` (seconds of
+        a call and its backward, each)."""
+        return [dict(record) for record in self._fusion_checks]
+
+    def _check_fusion(self, program, leaves):
+        """Runs the fusion cost check for a just-compiled guard, before its
+        first real call."""
+        record = _fusion_check.choose_fusion(program, leaves)
+        if record is not None:
+            self._fusion_checks.append(record)
 
     def _compiled(self):
         """The C++ compiled objects of every guard that compiled."""
@@ -343,6 +359,8 @@ class CompiledInnerLoop(_CompiledBase):
             program = self._compile(param_leaves, param_spec, batch_leaves,
                                     batch_spec, keys, extras, spec, reason)
             self._programs[guard] = program
+            if not isinstance(program, str):
+                self._check_fusion(program, param_leaves + batch_leaves + extras + lr)
         if isinstance(program, str):
             return self._eager(params, batch)
         self._fast = _FastPath(program, param_spec, batch_spec, tuple(keys),
@@ -510,6 +528,8 @@ class CompiledFunction(_CompiledBase):
         if entry is None:
             entry = self._compile(args, specs, flat, keys, extras)
             self._programs[guard] = entry
+            if not isinstance(entry, str):
+                self._check_fusion(entry[0], flat + extras)
         if isinstance(entry, str):
             return self.fn(*args)
         program, out_spec = entry

@@ -1,0 +1,84 @@
+"""The compiler's cost check of fusion: on a guard's first call, the
+specialized program (shapes fixed, fused kernels, direct GEMMs and
+reductions, planned buffers) is timed against the generic one it was made
+from, each a call and its backward, and the faster is kept.
+
+Specialization usually wins by far (the sinusoid's batched MAML program:
+3x), but a fused kernel can lose to ATen's operator it replaced (the
+2-thread conv-net slowdown of docs/sweep.md was one such case), and this
+check keeps any such program from running slower than unfused.
+
+The timed calls run on detached copies of the inputs: nothing reaches the
+caller's graph or gradients, and the random number generators are restored
+afterwards, so the caller's first call computes what it would have without
+the check. METAFUSE_FUSION_CHECK=0 turns it off (the specialized program is
+then always used, as METAFUSE_DISABLE_FUSION=1 always uses the generic one).
+"""
+
+import os
+import time
+
+import torch
+
+
+__all__ = ["VARIABLE", "choose_fusion"]
+
+VARIABLE = "METAFUSE_FUSION_CHECK"
+# The generic program must be this much faster to be kept: a near tie keeps
+# the specialized one.
+_MARGIN = 1.1
+# Timed calls per side: as many as fit in this many seconds, 1 to 3.
+_BUDGET_S = 0.05
+
+
+def _enabled():
+    value = os.environ.get(VARIABLE, "1")
+    if value not in ("0", "1"):
+        raise ValueError(f"metafuse: {VARIABLE} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+def choose_fusion(program, leaves):
+    """Times ``program`` (a compiled C++ object with set_fusion) fused and
+    unfused on ``leaves`` and keeps the faster.
+
+    Returns:
+        {"fusion": bool, "fused_s": float, "unfused_s": float}, or None when
+        the check is off or cannot run here (tracing)."""
+    # Fusion already off (METAFUSE_DISABLE_FUSION): nothing to choose.
+    if not _enabled() or not program.fusion() or torch._C._get_tracing_state() is not None:
+        return None
+    cuda = sorted({t.device.index or 0 for t in leaves if t.is_cuda})
+    inputs = [t.detach().requires_grad_(t.requires_grad and t.is_floating_point())
+              for t in leaves]
+    wanted = [t for t in inputs if t.requires_grad]
+
+    def call():
+        outputs = [o for o in program(inputs)
+                   if isinstance(o, torch.Tensor) and o.requires_grad]
+        if outputs and wanted and torch.is_grad_enabled():
+            torch.autograd.grad(outputs, wanted, [torch.ones_like(o) for o in outputs],
+                                allow_unused=True)
+        if cuda:
+            torch.cuda.synchronize()
+
+    def seconds():
+        call()  # untimed: the specialized program compiles here
+        timed = []
+        while len(timed) < 3 and sum(timed) < _BUDGET_S:
+            start = time.perf_counter()
+            call()
+            timed.append(time.perf_counter() - start)
+        return min(timed)
+
+    with torch.random.fork_rng(devices=cuda):
+        try:
+            program.set_fusion(True)
+            fused_s = seconds()
+            program.set_fusion(False)
+            unfused_s = seconds()
+        finally:
+            program.set_fusion(True)
+    fusion = not unfused_s * _MARGIN < fused_s
+    program.set_fusion(fusion)
+    return {"fusion": fusion, "fused_s": fused_s, "unfused_s": unfused_s}
