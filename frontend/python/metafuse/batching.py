@@ -141,11 +141,16 @@ class BatchedFunction:
         return (self.in_dims,) * len(args)
 
     def _batch_size(self, args, dims):
+        return self._batch_size_of([_tree.leaves(arg) for arg in args], dims)
+
+    @staticmethod
+    def _batch_size_of(leaves, dims):
+        """The task count, from each argument's leaves."""
         sizes = set()
-        for i, (arg, dim) in enumerate(zip(args, dims)):
+        for i, (arg_leaves, dim) in enumerate(zip(leaves, dims)):
             if dim is None:
                 continue
-            for leaf in _tree.leaves(arg):
+            for leaf in arg_leaves:
                 if not isinstance(leaf, torch.Tensor):
                     raise TypeError(f"metafuse.vmap: argument {i} is mapped (in_dims "
                                     f"{dim}) but holds a {type(leaf).__name__}")
@@ -164,7 +169,8 @@ class BatchedFunction:
 
     def __call__(self, *args):
         dims = self._dims_per_argument(args)
-        size = self._batch_size(args, dims)
+        leaves = [_tree.leaves(arg) for arg in args]  # once per call: read below
+        size = self._batch_size_of(leaves, dims)
         if self.chunk_size is not None:
             if self.chunk_size < size:
                 return self._in_chunks(args, dims, size, self.chunk_size)
@@ -176,13 +182,17 @@ class BatchedFunction:
             return self._task_loop(args, dims, compiled=setting == "tasks")
         if setting == "parallel":
             return self._parallel(args, dims, size)
-        key = (self._program_key(args, dims), tuple(
-            (tuple(t.shape), t.dtype, t.device) for arg in args for t in _tree.leaves(arg)
-            if isinstance(t, torch.Tensor)))
+        program_key = self._program_key_of(leaves, dims)
+        key = (program_key, tuple((tuple(t.shape), t.dtype, t.device)
+                                  for arg_leaves in leaves for t in arg_leaves
+                                  if isinstance(t, torch.Tensor)))
         record = self._strategies.get(key)
         if record is not None:
             if record["strategy"] in ("tasks", "calls"):
                 return self._task_loop(args, dims, compiled=record["strategy"] == "tasks")
+            program = self._programs.get(program_key)
+            if program is not None:
+                return program(*args)
             return self._program_for(args, dims)(*args)
         return self._choose_strategy(key, args, dims, size)
 
@@ -279,14 +289,16 @@ class BatchedFunction:
         return [dict(record) for record in self._strategies.values()]
 
     def _program_key(self, args, dims):
-        shared_grad = tuple(
-            i for i, (arg, dim) in enumerate(zip(args, dims))
-            if dim is None and any(isinstance(t, torch.Tensor) and t.requires_grad
-                                   for t in _tree.leaves(arg)))
-        return (dims, shared_grad, tuple(
-            i for i, arg in enumerate(args)
-            if any(isinstance(t, torch.Tensor) and t.requires_grad
-                   for t in _tree.leaves(arg))))
+        return self._program_key_of([_tree.leaves(arg) for arg in args], dims)
+
+    @staticmethod
+    def _program_key_of(leaves, dims):
+        """(dims, shared arguments that require grad, arguments that require
+        grad), from each argument's leaves."""
+        grad = tuple(i for i, arg_leaves in enumerate(leaves)
+                     if any(isinstance(t, torch.Tensor) and t.requires_grad
+                            for t in arg_leaves))
+        return (dims, tuple(i for i in grad if dims[i] is None), grad)
 
     def _program_for(self, args, dims):
         """The CompiledFunction for these arguments' mapping and the
