@@ -40,7 +40,6 @@ std::vector<int64_t> ConcreteSizes(const Value* v) {
   return *type->sizes().concrete_sizes();
 }
 
-// The plain-loop form of a small reduction, or nullopt.
 // A reduction over one run of adjacent dims (dims of size 1 aside) is the
 // middle of [outer, reduce, inner]: sum_to_size to a shape with ones in a
 // run, or sum / mean over constant dims with no dtype. Anything else stays
@@ -95,6 +94,7 @@ std::optional<runtime::ReductionPlan> BlockReductionPlan(const Node* node,
   return plan;
 }
 
+// The plain-loop form of a small reduction, or nullopt.
 std::optional<runtime::ReductionPlan> ReductionPlanFor(const Node* node) {
   if (node->kind() != aten::sum && node->kind() != aten::mean &&
       node->kind() != aten::sum_to_size) {

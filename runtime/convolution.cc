@@ -181,6 +181,11 @@ Axis SpatialAxis(const at::Tensor& input, const at::Tensor& weight, size_t d,
   return a;
 }
 
+// Whether every entry of a stride / dilation / padding list is `value`.
+bool AllEqual(at::IntArrayRef v, int64_t value) {
+  return std::all_of(v.begin(), v.end(), [value](int64_t x) { return x == value; });
+}
+
 bool GemmConvolutionsEnabled() {
   static const bool enabled = [] {
     const char* value = std::getenv("METAFUSE_GEMM_CONVOLUTIONS");
@@ -279,14 +284,12 @@ at::Tensor ConvTranspose2dByGemm(const at::Tensor& input, const at::Tensor& weig
 
 bool IsWeightGradientForm(const at::Tensor& input, const at::Tensor& weight,
                           at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups) {
-  auto ones = [](at::IntArrayRef v) {
-    return std::all_of(v.begin(), v.end(), [](int64_t x) { return x == 1; });
-  };
   auto transposed_contiguous = [](const at::Tensor& t) {
     return t.dim() == 4 && !t.is_contiguous() && t.transpose(0, 1).is_contiguous();
   };
-  return groups == 1 && ones(stride) && ones(dilation) && transposed_contiguous(input) &&
-         transposed_contiguous(weight) && input.size(1) == weight.size(1);
+  return groups == 1 && AllEqual(stride, 1) && AllEqual(dilation, 1) &&
+         transposed_contiguous(input) && transposed_contiguous(weight) &&
+         input.size(1) == weight.size(1);
 }
 
 at::Tensor WeightGradientByConvolutionBackward(const at::Tensor& input,
@@ -309,13 +312,10 @@ at::Tensor WeightGradientByConvolutionBackward(const at::Tensor& input,
 bool IsInputGradientForm(const at::Tensor& input, const at::Tensor& weight,
                          at::IntArrayRef stride, at::IntArrayRef output_padding, int64_t groups,
                          at::IntArrayRef dilation) {
-  auto all = [](at::IntArrayRef v, int64_t value) {
-    return std::all_of(v.begin(), v.end(), [value](int64_t x) { return x == value; });
-  };
   return input.scalar_type() == at::kFloat && at::hasMKLDNN() &&
-         at::globalContext().userEnabledMkldnn() && groups == 1 && all(stride, 1) &&
-         all(dilation, 1) && all(output_padding, 0) && input.dim() == 4 && weight.dim() == 4 &&
-         input.size(1) == weight.size(0);
+         at::globalContext().userEnabledMkldnn() && groups == 1 && AllEqual(stride, 1) &&
+         AllEqual(dilation, 1) && AllEqual(output_padding, 0) && input.dim() == 4 &&
+         weight.dim() == 4 && input.size(1) == weight.size(0);
 }
 
 at::Tensor InputGradientByConvolutionBackward(const at::Tensor& input, const at::Tensor& weight,
@@ -347,35 +347,26 @@ torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Oper
       aten(stack);
       return;
     }
-    const int64_t groups = args[transposed ? 6 : 6].toInt();
-    if (!transposed && !(bias.has_value() && bias->defined()) &&
-        IsWeightGradientForm(input, weight, args[3].toIntVector(), args[5].toIntVector(),
-                             groups)) {
-      at::Tensor out = WeightGradientByConvolutionBackward(input, weight, args[4].toIntVector());
-      torch::jit::drop(stack, arity);
-      stack.emplace_back(std::move(out));
-      return;
-    }
-    if (transposed && !(bias.has_value() && bias->defined()) &&
-        IsInputGradientForm(input, weight, args[3].toIntVector(), args[5].toIntVector(),
-                            groups, args[7].toIntVector())) {
-      at::Tensor out = InputGradientByConvolutionBackward(input, weight, args[4].toIntVector());
-      torch::jit::drop(stack, arity);
-      stack.emplace_back(std::move(out));
-      return;
-    }
-    if (!PreferGemmConvolution(weight, groups, transposed)) {
-      aten(stack);
-      return;
-    }
+    const int64_t groups = args[6].toInt();  // both schemas
     const std::vector<int64_t> stride = args[3].toIntVector();
     const std::vector<int64_t> padding = args[4].toIntVector();
+    // conv2d: dilation; conv_transpose2d: output_padding (dilation is last).
+    const std::vector<int64_t> fifth = args[5].toIntVector();
+    const std::vector<int64_t> dilation = transposed ? args[7].toIntVector() : fifth;
+    const bool has_bias = bias.has_value() && bias->defined();
     at::Tensor out;
-    if (transposed) {
-      out = ConvTranspose2dByGemm(input, weight, bias, stride, padding, args[5].toIntVector(),
-                                  groups, args[7].toIntVector());
+    if (!transposed && !has_bias && IsWeightGradientForm(input, weight, stride, dilation, groups)) {
+      out = WeightGradientByConvolutionBackward(input, weight, padding);
+    } else if (transposed && !has_bias &&
+               IsInputGradientForm(input, weight, stride, fifth, groups, dilation)) {
+      out = InputGradientByConvolutionBackward(input, weight, padding);
+    } else if (!PreferGemmConvolution(weight, groups, transposed)) {
+      aten(stack);
+      return;
+    } else if (transposed) {
+      out = ConvTranspose2dByGemm(input, weight, bias, stride, padding, fifth, groups, dilation);
     } else {
-      out = Conv2dByGemm(input, weight, bias, stride, padding, args[5].toIntVector(), groups);
+      out = Conv2dByGemm(input, weight, bias, stride, padding, dilation, groups);
     }
     torch::jit::drop(stack, arity);
     stack.emplace_back(std::move(out));

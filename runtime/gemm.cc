@@ -65,8 +65,9 @@ void RowMajorGemm(FortranGemm<T> gemm, bool ta, bool tb, int m, int n, int k, co
   gemm(&trans_b, &trans_a, &n, &m, &k, &one, b, &ldb, a, &lda, &beta, c, &ldc);
 }
 
-// Seconds per product of one task's operands with `kernel`: the best of
-// loops long enough (~20 us) for the clock, into a scratch output.
+// Seconds per product of one task's operands with `kernel`: one loop long
+// enough (~20 us) for the clock, into a scratch output (gemm_choice.cc
+// alternates the kernels and keeps each one's best of three).
 template <typename T>
 double TimeOneProduct(GemmKernel kernel, const Blas& blas, bool ta, bool tb, int64_t m,
                       int64_t n, int64_t k, const T* a, const T* b) {
@@ -86,13 +87,9 @@ double TimeOneProduct(GemmKernel kernel, const Blas& blas, bool ta, bool tb, int
   once();
   const double single = std::chrono::duration<double>(Clock::now() - start).count();
   const int reps = static_cast<int>(std::clamp(20e-6 / std::max(single, 1e-9), 1.0, 2000.0));
-  double best = 1e30;
-  for (int loop = 0; loop < 3; ++loop) {
-    start = Clock::now();
-    for (int r = 0; r < reps; ++r) once();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count() / reps);
-  }
-  return best;
+  start = Clock::now();
+  for (int r = 0; r < reps; ++r) once();
+  return std::chrono::duration<double>(Clock::now() - start).count() / reps;
 }
 
 // One GEMM instruction's memory of the kernel chosen for its last shape,

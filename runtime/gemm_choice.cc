@@ -32,16 +32,20 @@ Policy PolicyFromEnvironment() {
                               value + "'");
 }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(colon + 1);
+// Read once per process: every new shape names the choices file.
+const std::string& CpuModel() {
+  static const std::string model = [] {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("model name", 0) == 0) {
+        const size_t colon = line.find(':');
+        return colon == std::string::npos ? line : line.substr(colon + 1);
+      }
     }
-  }
-  return "unknown cpu";
+    return std::string("unknown cpu");
+  }();
+  return model;
 }
 
 // FNV-1a, enough to name a file after the machine's identity.
@@ -139,9 +143,8 @@ GemmKernel ChooseGemmKernel(const GemmShape& shape, const std::string& blas_libr
         absl::StrCat(shape.Key(), " ", chosen == GemmKernel::kSmall ? "small" : "blas", " ", blas_s,
                      " ", small_s, "\n");
     lseek(fd, 0, SEEK_END);
-    if (write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-      // A short write leaves a partial last line, which ReadChoices skips.
-    }
+    // A short write leaves a partial last line, which ReadChoices skips.
+    [[maybe_unused]] const ssize_t written = write(fd, line.data(), line.size());
     flock(fd, LOCK_UN);
     close(fd);
   }

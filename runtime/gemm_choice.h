@@ -31,8 +31,9 @@ struct GemmShape {
   std::string Key() const;  // e.g. "f32 0 1 10 40 40"
 };
 
-// Seconds of one product of `shape` with `kernel` (best of a few timed
-// loops); the caller owns the BLAS and the operands.
+// Seconds of one product of `shape` with `kernel` (one timed loop; the
+// choice alternates the kernels three times and keeps each one's best);
+// the caller owns the BLAS and the operands.
 using GemmTimer = std::function<double(GemmKernel)>;
 
 // The kernel for `shape`: from this process's table, else the machine's

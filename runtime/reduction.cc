@@ -7,6 +7,8 @@
 #pragma GCC optimize("O3", "vect-cost-model=dynamic")
 #endif
 
+#include <array>
+
 #include <ATen/ATen.h>
 
 #include "runtime/operator_lookup.h"
@@ -21,33 +23,8 @@ bool Plain(const at::Tensor& t) {
          (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble);
 }
 
-// out[j] = sum_i in[i, j] (kRows), out[i] = sum_j in[i, j] (kColumns), or
-// out = sum of all, over a row-major [m, n] buffer.
-template <typename T>
-void Reduce(Form form, const T* __restrict__ in, int64_t m, int64_t n, T* __restrict__ out,
-            double scale) {
-  if (form == ReductionPlan::kAll) {
-    T s = 0;
-    for (int64_t i = 0; i < m * n; ++i) s += in[i];
-    out[0] = scale == 1.0 ? s : static_cast<T>(s / static_cast<T>(1.0 / scale));
-  } else if (form == ReductionPlan::kRows) {
-    for (int64_t j = 0; j < n; ++j) out[j] = in[j];
-    for (int64_t i = 1; i < m; ++i) {
-      const T* row = in + i * n;
-      for (int64_t j = 0; j < n; ++j) out[j] += row[j];
-    }
-  } else {
-    for (int64_t i = 0; i < m; ++i) {
-      const T* row = in + i * n;
-      T s = 0;
-      for (int64_t j = 0; j < n; ++j) s += row[j];
-      out[i] = s;
-    }
-  }
-}
-
 // out[o, j] = sum_r in[o, r, j] over a row-major [outer, reduce, inner]
-// buffer, times `scale` (1 / reduce for a mean).
+// buffer, in order of r; divided by `reduce` for a mean.
 template <typename T>
 void ReduceBlock(const T* __restrict__ in, int64_t outer, int64_t reduce, int64_t inner,
                  T* __restrict__ out, bool mean) {
@@ -71,27 +48,23 @@ void ReduceBlock(const T* __restrict__ in, int64_t outer, int64_t reduce, int64_
   }
 }
 
+// Every form is a block reduction of the contiguous input: kAll
+// [1, numel, 1], kRows (a [m, n] matrix over its rows) [1, m, n], kColumns
+// [m, n, 1], kBlock the plan's.
 at::Tensor Run(Form form, const at::Tensor& x, c10::IntArrayRef out_sizes, bool mean,
                const std::vector<int64_t>& block) {
-  if (form == ReductionPlan::kBlock) {
-    at::Tensor out = at::empty(out_sizes, x.options());
-    if (x.scalar_type() == at::kFloat) {
-      ReduceBlock<float>(x.data_ptr<float>(), block[0], block[1], block[2],
-                         out.data_ptr<float>(), mean);
-    } else {
-      ReduceBlock<double>(x.data_ptr<double>(), block[0], block[1], block[2],
-                          out.data_ptr<double>(), mean);
-    }
-    return out;
+  std::array<int64_t, 3> b{};
+  switch (form) {
+    case ReductionPlan::kAll: b = {1, x.numel(), 1}; break;
+    case ReductionPlan::kRows: b = {1, x.size(0), x.size(1)}; break;
+    case ReductionPlan::kColumns: b = {x.size(0), x.size(1), 1}; break;
+    case ReductionPlan::kBlock: b = {block[0], block[1], block[2]}; break;
   }
-  const int64_t m = form == ReductionPlan::kAll ? 1 : x.size(0);
-  const int64_t n = form == ReductionPlan::kAll ? x.numel() : x.size(1);
   at::Tensor out = at::empty(out_sizes, x.options());
-  const double scale = mean ? 1.0 / static_cast<double>(x.numel()) : 1.0;
   if (x.scalar_type() == at::kFloat) {
-    Reduce<float>(form, x.data_ptr<float>(), m, n, out.data_ptr<float>(), scale);
+    ReduceBlock<float>(x.data_ptr<float>(), b[0], b[1], b[2], out.data_ptr<float>(), mean);
   } else {
-    Reduce<double>(form, x.data_ptr<double>(), m, n, out.data_ptr<double>(), scale);
+    ReduceBlock<double>(x.data_ptr<double>(), b[0], b[1], b[2], out.data_ptr<double>(), mean);
   }
   return out;
 }

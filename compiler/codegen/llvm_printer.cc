@@ -57,25 +57,24 @@ class Printer {
     const std::string sym = LlvmKernelSymbol(k_);
     // Index arithmetic (i % inner, i / inner, the middle and periodic reads)
     // in 64 bits has no vector form on x86 (no 64-bit multiply-high), so
-    // the loop would run scalar; a second body computes it in 32 bits,
-    // which vectorizes, and the entry takes it whenever the range fits.
-    bool index_math = false, fits = true;
-    for (const kir::InputSpec& in : k_.inputs) {
-      index_math = index_math || kir::HasInner(in.access);
-      fits = fits && in.inner < (int64_t{1} << 31) && in.mid * in.inner < (int64_t{1} << 31);
-    }
-    index_math = index_math && fits;
-    // Rows: when every index-math input's period is a multiple of a row
-    // length L worth a loop of its own, the loop runs row by row (rows
-    // aligned to L): within a row each such input is either one value or a
-    // contiguous run, so the inner loop has no division at all.
+    // such a loop would run scalar. Rows: when every positional input's
+    // period is a multiple of a row length L worth a loop of its own, the
+    // loop runs row by row (rows aligned to L): within a row each such
+    // input is one value or a contiguous run, with no division at all.
+    // Otherwise a second body computes the index in 32 bits, which
+    // vectorizes, and the entry takes it whenever the range fits.
     row_ = RowLength();
+    bool narrow = false;
+    for (const kir::InputSpec& in : k_.inputs) narrow = narrow || kir::HasInner(in.access);
+    for (const kir::InputSpec& in : k_.inputs) {
+      narrow = narrow && in.mid * in.inner < (int64_t{1} << 31);
+    }
     std::string body;
     if (row_ > 0) {
       body = Body(sym + ".rows", Mode::kRows);
     } else {
       body = Body(sym + ".body", Mode::kWide);
-      if (index_math) body += Body(sym + ".body32", Mode::kNarrow);
+      if (narrow) body += Body(sym + ".body32", Mode::kNarrow);
     }
     // The entry point: unpack pointer arrays and scalars, call the body.
     std::string entry;
@@ -104,22 +103,20 @@ class Printer {
         args.push_back(absl::StrCat("double %s", j, ".d"));
       }
     }
+    const std::string call_args = absl::StrCat("(", absl::StrJoin(args, ", "), ")\n  ret void\n");
     if (row_ > 0) {
-      absl::StrAppend(&entry, "  call void @", sym, ".rows(", absl::StrJoin(args, ", "),
-                      ")\n  ret void\n}\n\n");
-    } else if (index_math) {
-      absl::StrAppend(&entry,
-                      "  %fits = icmp sle i64 %end, 2147483647\n"
-                      "  br i1 %fits, label %narrow, label %wide\n"
-                      "narrow:\n"
-                      "  call void @", sym, ".body32(", absl::StrJoin(args, ", "), ")\n"
-                      "  ret void\n"
-                      "wide:\n");
+      absl::StrAppend(&entry, "  call void @", sym, ".rows", call_args);
+    } else {
+      if (narrow) {
+        absl::StrAppend(&entry,
+                        "  %fits = icmp sle i64 %end, 2147483647\n"
+                        "  br i1 %fits, label %narrow, label %wide\n"
+                        "narrow:\n"
+                        "  call void @", sym, ".body32", call_args, "wide:\n");
+      }
+      absl::StrAppend(&entry, "  call void @", sym, ".body", call_args);
     }
-    if (row_ == 0) {
-      absl::StrAppend(&entry, "  call void @", sym, ".body(", absl::StrJoin(args, ", "),
-                      ")\n  ret void\n}\n\n");
-    }
+    entry += "}\n\n";
 
     std::string module = absl::StrCat("; metafuse kernel ", k_.name, "\n\n");
     for (const std::string& d : decls_) absl::StrAppend(&module, d, "\n");
@@ -130,9 +127,8 @@ class Printer {
   }
 
  private:
-  // One definition of the element loop, `name`(begin, end, buffers,
-  // scalars); `narrow`: index arithmetic in 32 bits (the caller guarantees
-  // end < 2^31).
+  // How Body runs the element loop: flat with 64-bit index arithmetic, flat
+  // with 32-bit (the caller guarantees end < 2^31), or row by row.
   enum class Mode { kWide, kNarrow, kRows };
 
   // The row length for Mode::kRows: the gcd of the periods of the inputs
@@ -148,11 +144,12 @@ class Printer {
     return g >= 16 ? g : 0;
   }
 
+  // One definition of the element loop, `name`(begin, end, buffers,
+  // scalars).
   std::string Body(const std::string& name, Mode mode) {
     std::fill(names_.begin(), names_.end(), std::string());
     row_bases_.clear();
-    narrow_ = mode == Mode::kNarrow;
-    rows_ = mode == Mode::kRows;
+    mode_ = mode;
     std::vector<std::string> params = {"i64 %begin", "i64 %end"};
     for (size_t j = 0; j < k_.inputs.size(); ++j) {
       params.push_back(absl::StrCat(Ty(k_.inputs[j].dtype),
@@ -182,7 +179,7 @@ class Printer {
                         "* %in", n.index, ", align ", Align(n.dtype), "\n");
       }
     }
-    if (rows_) {
+    if (mode_ == Mode::kRows) {
       // row: [rs, re) = [rs, min(end, (rs / L + 1) * L)); the positional
       // inputs' values or run starts are computed here, once per row.
       absl::StrAppend(&body,
@@ -221,7 +218,7 @@ class Printer {
           "loop:\n"
           "  %i = phi i64 [ %begin, %preheader ], [ %i.next, %loop ]\n";
     }
-    if (narrow_) body += "  %i32 = trunc i64 %i to i32\n";
+    if (mode_ == Mode::kNarrow) body += "  %i32 = trunc i64 %i to i32\n";
     for (int id : order) {
       if (names_[id].empty()) Emit(id, &body);
     }
@@ -232,7 +229,7 @@ class Printer {
       absl::StrAppend(&body, "  store ", Ty(t), " ", names_[k_.outputs[j].node], ", ",
                       Ty(t), "* %po", j, ", align ", Align(t), "\n");
     }
-    if (rows_) {
+    if (mode_ == Mode::kRows) {
       body +=
           "  %i.next = add nsw i64 %i, 1\n"
           "  %more = icmp slt i64 %i.next, %re\n"
@@ -386,12 +383,12 @@ class Printer {
       case Op::kInput: {
         const kir::InputSpec& in = k_.inputs[n.index];
         std::string index = "%i";
-        if (rows_ && kir::HasInner(in.access)) {
+        if (mode_ == Mode::kRows && kir::HasInner(in.access)) {
           // Inside a row: the run start plus the offset in the row.
           index = absl::StrCat("%j", id);
           absl::StrAppend(out, "  ", index, " = add nuw i64 ", row_bases_.at(id), ", %off\n");
         } else if (kir::HasInner(in.access)) {
-          if (narrow_) {
+          if (mode_ == Mode::kNarrow) {
             const std::string j = IndexAt(id, "%i32", "i32", out);
             index = absl::StrCat("%j", id);
             absl::StrAppend(out, "  ", index, " = zext i32 ", j, " to i64\n");
@@ -519,8 +516,7 @@ class Printer {
   std::vector<std::string> names_;  // SSA value or constant per node
   std::set<std::string> decls_;
   int temp_ = 0;
-  bool narrow_ = false;  // index arithmetic in 32 bits (Body)
-  bool rows_ = false;    // the loop runs row by row (Body)
+  Mode mode_ = Mode::kWide;  // the body being printed (Body)
   int64_t row_ = 0;      // the row length, 0 for the flat loop (RowLength)
   std::map<int, std::string> row_bases_;  // a contiguous input's run start in a row
 };

@@ -16,10 +16,10 @@ then always used, as METAFUSE_DISABLE_FUSION=1 always uses the generic one).
 """
 
 import os
-import time
 
 import torch
 
+from metafuse import _cost_timing
 
 __all__ = ["VARIABLE", "choose_fusion"]
 
@@ -27,8 +27,6 @@ VARIABLE = "METAFUSE_FUSION_CHECK"
 # The generic program must be this much faster to be kept: a near tie keeps
 # the specialized one.
 _MARGIN = 1.1
-# Timed calls per side: as many as fit in this many seconds, 1 to 3.
-_BUDGET_S = 0.05
 
 
 def _enabled():
@@ -53,23 +51,10 @@ def choose_fusion(program, leaves):
               for t in leaves]
     wanted = [t for t in inputs if t.requires_grad]
 
-    def call():
-        outputs = [o for o in program(inputs)
-                   if isinstance(o, torch.Tensor) and o.requires_grad]
-        if outputs and wanted and torch.is_grad_enabled():
-            torch.autograd.grad(outputs, wanted, [torch.ones_like(o) for o in outputs],
-                                allow_unused=True)
-        if cuda:
-            torch.cuda.synchronize()
-
     def seconds():
-        call()  # untimed: the specialized program compiles here
-        timed = []
-        while len(timed) < 3 and sum(timed) < _BUDGET_S:
-            start = time.perf_counter()
-            call()
-            timed.append(time.perf_counter() - start)
-        return min(timed)
+        return _cost_timing.seconds_of_call_and_backward(
+            lambda: program(inputs), wanted,
+            synchronize=bool(cuda))
 
     with torch.random.fork_rng(devices=cuda):
         try:

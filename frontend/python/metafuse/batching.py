@@ -43,13 +43,13 @@ machine it measured no faster than the one batched program
 
 import numbers
 import os
-import time
 import warnings
 
 import functorch
 import torch
 
 from metafuse import _batched_tensors
+from metafuse import _cost_timing
 from metafuse import _parallel_chunks
 from metafuse import _task_gradients
 from metafuse import tree as _tree
@@ -190,10 +190,7 @@ class BatchedFunction:
         if record is not None:
             if record["strategy"] in ("tasks", "calls"):
                 return self._task_loop(args, dims, compiled=record["strategy"] == "tasks")
-            program = self._programs.get(program_key)
-            if program is not None:
-                return program(*args)
-            return self._program_for(args, dims)(*args)
+            return self._program_for_key(program_key, dims)(*args)
         return self._choose_strategy(key, args, dims, size)
 
     def _choose_strategy(self, key, args, dims, size):
@@ -211,20 +208,7 @@ class BatchedFunction:
                   if isinstance(t, torch.Tensor) and t.requires_grad]
 
         def seconds(run):
-            """A call and its backward (gradients discarded, nothing
-            accumulated), after an untimed one that compiles: the fastest
-            of up to 3 timed ones, as many as fit in 50 ms (one for a
-            call that long: a short call is the noisy one)."""
-            timed = []
-            while len(timed) < 4 and (len(timed) < 2 or sum(timed[1:]) < 0.05):
-                start = time.perf_counter()
-                outputs = [t for t in _tree.leaves(run())
-                           if isinstance(t, torch.Tensor) and t.requires_grad]
-                if outputs and inputs:
-                    torch.autograd.grad(outputs, inputs, [torch.ones_like(t) for t in outputs],
-                                        allow_unused=True)
-                timed.append(time.perf_counter() - start)
-            return min(timed[1:])
+            return _cost_timing.seconds_of_call_and_backward(run, inputs)
 
         batched_s = seconds(lambda: batched(*args))
         tasks_s = seconds(lambda: self._task_loop(args, dims, compiled=True))
@@ -303,7 +287,9 @@ class BatchedFunction:
     def _program_for(self, args, dims):
         """The CompiledFunction for these arguments' mapping and the
         arguments that require grad (made on first use)."""
-        key = self._program_key(args, dims)
+        return self._program_for_key(self._program_key(args, dims), dims)
+
+    def _program_for_key(self, key, dims):
         program = self._programs.get(key)
         if program is None:
             program = self._make_program(dims, shared_grad=key[1], argnums=key[2])

@@ -1,0 +1,43 @@
+"""How metafuse's cost checks time a candidate (metafuse.vmap's strategies,
+the fusion check): a call and its backward, gradients discarded and
+nothing accumulated, after an untimed one that compiles; the fastest of up
+to 3 timed ones, as many as fit in 50 ms (one for a call that long: a short
+call is the noisy one)."""
+
+import time
+
+import torch
+
+from metafuse import tree as _tree
+
+__all__ = ["seconds_of_call_and_backward"]
+
+_MOST = 3
+_BUDGET_S = 0.05
+
+
+def seconds_of_call_and_backward(run, inputs, synchronize=False):
+    """Seconds of ``run()`` and the gradient of its differentiable outputs
+    (seeded with ones) with respect to ``inputs``.
+
+    Args:
+        run: the call; returns a pytree of tensors.
+        inputs: the tensors to differentiate with respect to (may be empty:
+            forward only).
+        synchronize: wait for CUDA work before reading the clock."""
+    def once():
+        outputs = [t for t in _tree.leaves(run())
+                   if isinstance(t, torch.Tensor) and t.requires_grad]
+        if outputs and inputs:
+            torch.autograd.grad(outputs, inputs, [torch.ones_like(t) for t in outputs],
+                                allow_unused=True)
+        if synchronize:
+            torch.cuda.synchronize()
+
+    once()  # untimed: compiles
+    timed = []
+    while len(timed) < _MOST and sum(timed) < _BUDGET_S:
+        start = time.perf_counter()
+        once()
+        timed.append(time.perf_counter() - start)
+    return min(timed)
