@@ -83,6 +83,22 @@ void RemoveDeadNodes(torch::jit::Graph& graph) {
   }
 }
 
+// transpose(v, -2, -1), inserted before `before`, with its strided type.
+Value* TransposeLastTwo(torch::jit::Graph& graph, Value* v, const c10::TensorTypePtr& type,
+                        Node* before) {
+  torch::jit::WithInsertPoint guard(before);
+  const int64_t rank = static_cast<int64_t>(*type->dim());
+  std::vector<int64_t> sizes = *type->sizes().concrete_sizes();
+  std::vector<int64_t> strides = *type->strides().concrete_sizes();
+  std::swap(sizes[rank - 2], sizes[rank - 1]);
+  std::swap(strides[rank - 2], strides[rank - 1]);
+  Node* t = graph.create(aten::transpose,
+                         {v, graph.insertConstant(rank - 2), graph.insertConstant(rank - 1)}, 1);
+  t->insertBefore(before);
+  t->output()->setType(type->withSizesStrides(sizes, strides));
+  return t->output();
+}
+
 // t(op(A) op(B)) = op(B)^T op(A)^T: a transposed product is the product with
 // the operands swapped and both flags flipped, so its transpose view (and
 // the instruction making it) goes too.
@@ -106,9 +122,17 @@ int64_t FoldTransposedProducts(torch::jit::Graph& graph) {
       continue;
     }
     Node* product = t->input(0)->node();
+    std::vector<Value*> operands = {product->input(1), product->input(0)};
+    if (product->inputs().size() == 3) {
+      // t(acc + op(A) op(B)) = t(acc) + op(B)^T op(A)^T: the accumulator is
+      // read transposed, which folds again when it is a product itself.
+      Value* acc = product->input(2);
+      auto acc_type = CompleteTensorType(acc);
+      if (!acc_type) continue;
+      operands.push_back(TransposeLastTwo(graph, acc, acc_type, t));
+    }
     // The result is a fresh row-major matrix, not the strided view t made.
-    ReplaceWithGemm(graph, t, {product->input(1), product->input(0)},
-                    1 - product->i(trans_b), 1 - product->i(trans_a),
+    ReplaceWithGemm(graph, t, operands, 1 - product->i(trans_b), 1 - product->i(trans_a),
                     CompleteTensorType(t->output())->contiguous());
     ++folded;
   }
@@ -194,6 +218,9 @@ int64_t LowerMatmulToGemm(const std::shared_ptr<torch::jit::Graph>& graph) {
   }
   FoldAccumulations(*graph);
   RemoveDeadNodes(*graph);
+  // Transposed accumulating products (a weight gradient summed over the
+  // inner steps, read as W's layout) fold too; their accumulators in turn.
+  while (FoldTransposedProducts(*graph) > 0) RemoveDeadNodes(*graph);
   return lowered;
 }
 

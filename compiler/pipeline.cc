@@ -18,6 +18,7 @@
 #include "compiler/lower_broadcast.h"
 #include "compiler/lower_fusion_group.h"
 #include "compiler/lower_matmul.h"
+#include "compiler/broadcast_expanded_operands.h"
 #include "compiler/rank_one_products.h"
 #include "compiler/split_grouped_convolutions.h"
 #include "compiler/lower_optimizer_ops.h"
@@ -75,6 +76,7 @@ runtime::ProgramCode FuseAndLower(std::shared_ptr<Graph> graph, const std::strin
     report->split_convolutions = convolutions.split;
     RankOneProductsToMultiplies(graph);  // before GEMMs: outer products fuse
     report->gemms = LowerMatmulToGemm(graph);
+    BroadcastExpandedOperands(graph);  // before fusion: kernels read the sources
     const FusionStats vertical = FuseElementwise(graph);
     const HorizontalFusionStats horizontal = FuseHorizontally(graph);
     report->fusion_groups = vertical.groups;

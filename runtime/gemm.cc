@@ -153,22 +153,21 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
     const int64_t batch = rank == 3 ? a.size(0) : 1;
     bool fa = ta, fb = tb;
     // Each task's matrix row-major (or column-major, the flag flipped); the
-    // tasks `step` elements apart, 0 for a stack expanded from one matrix
-    // (the shared meta-parameters), which needs no copy.
+    // tasks `step` elements apart: 0 for a stack expanded from one matrix
+    // (the shared meta-parameters), more than a matrix for a slice of a
+    // larger stack (a task's support rows). Neither needs a copy.
     auto row_major = [rows, cols, rank](at::Tensor& x, bool& flag, int64_t& step) {
       auto dense = [&](const at::Tensor& y) {
         return (y.size(cols) == 1 || y.stride(cols) == 1) &&
                (y.size(rows) == 1 || y.stride(rows) == y.size(cols));
       };
-      const bool usable = rank == 3 && x.stride(0) == 0
-                              ? dense(x) || dense(x.transpose(rows, cols))
-                              : x.is_contiguous() || x.transpose(rows, cols).is_contiguous();
+      const bool usable = dense(x) || dense(x.transpose(rows, cols));
       if (!usable) x = x.contiguous();
       if (!dense(x)) {
         x = x.transpose(rows, cols);
         flag = !flag;
       }
-      step = rank == 3 && x.stride(0) == 0 ? 0 : x.size(rows) * x.size(cols);
+      step = rank == 3 && x.size(0) > 1 ? x.stride(0) : 0;
     };
     int64_t step_a = 0, step_b = 0;
     row_major(a, fa, step_a);

@@ -96,6 +96,22 @@ def _check_dim(dim, what):
                         f"argument, got {dim!r}")
 
 
+
+def _contiguous_mapped(args, leaves, dims):
+    """The mapped arguments with their non-contiguous tensors (task data is
+    often a slice of a larger batch: support rows of [T, S + Q, ...]) made
+    contiguous once per call: fused kernels index their inputs densely and
+    would otherwise copy such an input at every launch that reads it."""
+    def dense(t):
+        return not isinstance(t, torch.Tensor) or t.is_contiguous()
+
+    if all(d is None or all(dense(t) for t in arg_leaves)
+           for arg_leaves, d in zip(leaves, dims)):
+        return args, leaves
+    args = [arg if d is None else _tree.map(
+        lambda t: t if dense(t) else t.contiguous(), arg) for arg, d in zip(args, dims)]
+    return args, [_tree.leaves(arg) for arg in args]
+
 class BatchedFunction:
     """The callable metafuse.vmap returns (see the module docstring)."""
 
@@ -170,6 +186,7 @@ class BatchedFunction:
     def __call__(self, *args):
         dims = self._dims_per_argument(args)
         leaves = [_tree.leaves(arg) for arg in args]  # once per call: read below
+        args, leaves = _contiguous_mapped(args, leaves, dims)
         size = self._batch_size_of(leaves, dims)
         if self.chunk_size is not None:
             if self.chunk_size < size:

@@ -208,6 +208,42 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor):
   }
 }
 
+// A transposed sum of products (a weight gradient summed over inner steps,
+// read in the weight's layout): t(acc + P) becomes one product accumulating
+// into t(acc), and when acc is a product read only there, that one is
+// swapped too, so no transposed copy is left for a fused kernel to make.
+// Operands that are slices of larger stacks (a task's support rows) are
+// read in place at their task stride.
+TEST(LowerMatmulToGemm, TransposedAccumulationsFoldIntoSwappedProducts) {
+  constexpr const char* kIr = R"IR(
+graph(%a : Tensor, %b : Tensor, %c : Tensor, %d : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %two : int = prim::Constant[value=2]()
+  %at : Tensor = aten::transpose(%a, %one, %two)
+  %ct : Tensor = aten::transpose(%c, %one, %two)
+  %p : Tensor = aten::bmm(%at, %b)
+  %q : Tensor = aten::bmm(%ct, %d)
+  %s : Tensor = aten::add(%p, %q, %one)
+  %st : Tensor = aten::transpose(%s, %one, %two)
+  %r : Tensor = aten::mul(%st, %st)
+  return (%r)
+)IR";
+  for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    auto opts = torch::TensorOptions().dtype(dtype);
+    // a, c: [T, K, M] (c a slice of a longer stack); b, d: [T, K, N].
+    std::vector<c10::IValue> inputs = {torch::randn({4, 10, 6}, opts),
+                                       torch::randn({4, 10, 5}, opts),
+                                       torch::randn({4, 20, 6}, opts).narrow(1, 3, 10),
+                                       torch::randn({4, 10, 5}, opts)};
+    auto graph = Parse(kIr);
+    SpecializeShapes(graph, inputs);
+    EXPECT_EQ(LowerMatmulToGemm(graph), 2);
+    EXPECT_EQ(Count(*graph, "aten::transpose"), 0u) << *graph;
+    EXPECT_EQ(Count(*graph, "aten::add"), 0u) << *graph;
+    ExpectGemmsMatchGeneric(kIr, inputs, dtype, 2);
+  }
+}
+
 // Products over a contraction of size 1 (a layer from one feature, the
 // gradient through a layer to one output) become broadcast multiplies, per
 // task for bmm; other products stay. Through the whole specialized pipeline

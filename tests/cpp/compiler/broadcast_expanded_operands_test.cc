@@ -1,0 +1,87 @@
+// BroadcastExpandedOperands: elementwise readers of an expansion read its
+// source where broadcasting makes the same result; other readers keep the
+// expansion; the specialized program equals the generic one.
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/ir/irparser.h>
+#include <torch/torch.h>
+
+#include "compiler/broadcast_expanded_operands.h"
+#include "compiler/specialize_shapes.h"
+#include "tests/cpp/compiler/specialized_runner.h"
+
+namespace metafuse::compiler {
+namespace {
+
+using torch::jit::Graph;
+
+std::shared_ptr<Graph> Parse(const std::string& ir) {
+  auto graph = std::make_shared<Graph>();
+  torch::jit::parseIR(ir, graph.get());
+  return graph;
+}
+
+// One step of SGD per task from shared meta-parameters, as metafuse.vmap
+// traces it: %w expanded to the task count, read by the product (in place),
+// by the update (broadcast), by a ReLU (whose result would shrink: kept)
+// and next to a float64 0-dim scale (type promotion: kept).
+constexpr const char* kIr = R"IR(
+graph(%w : Tensor, %x : Tensor, %g : Tensor, %s : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %lr : float = prim::Constant[value=0.01]()
+  %false : bool = prim::Constant[value=0]()
+  %tasks : int = prim::Constant[value=25]()
+  %rows : int = prim::Constant[value=40]()
+  %sizes : int[] = prim::ListConstruct(%tasks, %rows, %rows)
+  %we : Tensor = aten::expand(%w, %sizes, %false)
+  %h : Tensor = aten::bmm(%x, %we)
+  %step : Tensor = aten::mul(%g, %lr)
+  %new : Tensor = aten::sub(%we, %step, %one)
+  %pos : Tensor = aten::relu(%we)
+  %scaled : Tensor = aten::mul(%we, %s)
+  return (%h, %new, %pos, %scaled)
+)IR";
+
+std::vector<c10::IValue> Inputs() {
+  torch::manual_seed(3);
+  return {torch::randn({40, 40}), torch::randn({25, 10, 40}), torch::randn({25, 40, 40}),
+          torch::randn({}, torch::kFloat64)};
+}
+
+TEST(BroadcastExpandedOperands, ElementwiseReadersReadTheSource) {
+  auto graph = Parse(kIr);
+  SpecializeShapes(graph, Inputs());
+  EXPECT_EQ(BroadcastExpandedOperands(graph), 1) << *graph;
+  for (const torch::jit::Node* n : graph->nodes()) {
+    const std::string kind = n->kind().toQualString();
+    if (kind == "aten::sub") {
+      EXPECT_EQ(n->input(0), graph->inputs()[0]) << *graph;
+    }
+    if (kind == "aten::bmm" || kind == "aten::relu") {
+      EXPECT_EQ(n->inputs().back()->node()->kind().toQualString(), std::string("aten::expand"))
+          << *graph;
+    }
+  }
+}
+
+TEST(BroadcastExpandedOperands, SpecializedProgramEqualsGeneric) {
+  SpecializedRunner fused(Parse(kIr), "expanded", nullptr);
+  SpecializedRunner generic(Parse(kIr), "generic", nullptr);
+  generic.set_fusion(false);
+  for (int run = 0; run < 2; ++run) {
+    const auto got = fused.Run(Inputs());
+    const auto want = generic.Run(Inputs());
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) {
+      const at::Tensor a = got[k].toTensor(), b = want[k].toTensor();
+      EXPECT_EQ(a.sizes(), b.sizes()) << k;
+      EXPECT_EQ(a.scalar_type(), b.scalar_type()) << k;
+      EXPECT_TRUE(at::allclose(a, b, 1e-5, 1e-6)) << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace metafuse::compiler
