@@ -282,14 +282,31 @@ at::Tensor ConvTranspose2dByGemm(const at::Tensor& input, const at::Tensor& weig
   return out;
 }
 
+namespace {
+
+// A 4-D tensor whose first two dims swapped are contiguous (a view made by
+// transpose(0, 1) of a contiguous tensor; also a contiguous one with a
+// single image or channel, for which both layouts are the same).
+bool TransposedContiguous(const at::Tensor& t) {
+  return t.dim() == 4 && t.transpose(0, 1).is_contiguous();
+}
+
+int64_t Area(const at::Tensor& t) { return t.size(2) * t.size(3); }
+
+}  // namespace
+
 bool IsWeightGradientForm(const at::Tensor& input, const at::Tensor& weight,
                           at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups) {
-  auto transposed_contiguous = [](const at::Tensor& t) {
-    return t.dim() == 4 && !t.is_contiguous() && t.transpose(0, 1).is_contiguous();
-  };
-  return groups == 1 && AllEqual(stride, 1) && AllEqual(dilation, 1) &&
-         transposed_contiguous(input) && transposed_contiguous(weight) &&
-         input.size(1) == weight.size(1);
+  if (!(groups == 1 && AllEqual(stride, 1) && AllEqual(dilation, 1) &&
+        TransposedContiguous(input) && TransposedContiguous(weight) &&
+        input.size(1) == weight.size(1))) {
+    return false;
+  }
+  // A contiguous input may also be a forward convolution of one image or
+  // channel: the form is the one whose kernel is image-sized, spanning more
+  // than half the input (its result is a few taps wide).
+  return !input.is_contiguous() ||
+         (2 * weight.size(2) > input.size(2) && 2 * weight.size(3) > input.size(3));
 }
 
 at::Tensor WeightGradientByConvolutionBackward(const at::Tensor& input,
@@ -316,6 +333,26 @@ bool IsInputGradientForm(const at::Tensor& input, const at::Tensor& weight,
          at::globalContext().userEnabledMkldnn() && groups == 1 && AllEqual(stride, 1) &&
          AllEqual(dilation, 1) && AllEqual(output_padding, 0) && input.dim() == 4 &&
          weight.dim() == 4 && input.size(1) == weight.size(0);
+}
+
+bool IsSwappedInputGradientForm(const at::Tensor& input, const at::Tensor& weight,
+                                at::IntArrayRef stride, at::IntArrayRef output_padding,
+                                int64_t groups, at::IntArrayRef dilation) {
+  return groups == 1 && AllEqual(stride, 1) && AllEqual(dilation, 1) &&
+         AllEqual(output_padding, 0) && TransposedContiguous(input) &&
+         TransposedContiguous(weight) && input.size(1) == weight.size(0) &&
+         weight.scalar_type() == input.scalar_type() && Area(weight) > Area(input);
+}
+
+at::Tensor SwappedInputGradient(const at::Tensor& input, const at::Tensor& weight,
+                                at::IntArrayRef padding) {
+  const at::Tensor dy = weight.transpose(0, 1), g = input.transpose(0, 1);  // contiguous
+  const std::vector<int64_t> ones = {1, 1}, zeros = {0, 0};
+  const at::Tensor swapped =
+      IsInputGradientForm(dy, g, ones, zeros, 1, ones)
+          ? InputGradientByConvolutionBackward(dy, g, padding)
+          : ConvTranspose2dByGemm(dy, g, c10::nullopt, ones, padding, zeros, 1, ones);
+  return swapped.transpose(0, 1);
 }
 
 at::Tensor InputGradientByConvolutionBackward(const at::Tensor& input, const at::Tensor& weight,
@@ -357,6 +394,9 @@ torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Oper
     at::Tensor out;
     if (!transposed && !has_bias && IsWeightGradientForm(input, weight, stride, dilation, groups)) {
       out = WeightGradientByConvolutionBackward(input, weight, padding);
+    } else if (transposed && !has_bias &&
+               IsSwappedInputGradientForm(input, weight, stride, fifth, groups, dilation)) {
+      out = SwappedInputGradient(input, weight, padding);
     } else if (transposed && !has_bias &&
                IsInputGradientForm(input, weight, stride, fifth, groups, dilation)) {
       out = InputGradientByConvolutionBackward(input, weight, padding);

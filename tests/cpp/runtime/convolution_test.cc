@@ -158,6 +158,55 @@ TEST(WeightGradientForm, MatchesConv2dOfTheTransposes) {
   EXPECT_FALSE(IsWeightGradientForm(x.transpose(0, 1), dy.transpose(0, 1), {1, 1}, {1, 1}, 2));
 }
 
+// A first layer's weight gradient: x has one channel, so x^T is contiguous
+// too; it is still the form (an image-sized kernel), and a forward
+// convolution of one image with a small kernel is not.
+TEST(WeightGradientForm, OneChannelInputIsTheFormByItsKernel) {
+  const at::Tensor x = at::randn({5, 1, 12, 12}, at::kDouble), dy = at::randn({5, 4, 12, 12},
+                                                                               at::kDouble);
+  const at::Tensor xt = x.transpose(0, 1), dyt = dy.transpose(0, 1);
+  ASSERT_TRUE(xt.is_contiguous());
+  ASSERT_TRUE(IsWeightGradientForm(xt, dyt, {1, 1}, {1, 1}, 1));
+  ExpectClose(WeightGradientByConvolutionBackward(xt, dyt, {1, 1}), at::conv2d(xt, dyt, {}, 1, 1),
+              1e-12, 1e-12, "one-channel weight gradient");
+  const at::Tensor image = at::randn({1, 4, 12, 12}), w = at::randn({1, 4, 3, 3});
+  EXPECT_FALSE(IsWeightGradientForm(image, w, {1, 1}, {1, 1}, 1));
+}
+
+// The second-order term conv_transpose2d(g^T, dy^T) (an image-sized kernel)
+// computed as conv_transpose2d(dy, g)^T: ATen's conv_transpose2d of the
+// transposes, float64 (the GEMM path) to 1e-12 and float32 (oneDNN) to
+// 1e-4, through the operation; the ordinary input gradient is not this form.
+TEST(SwappedInputGradientForm, MatchesConvTranspose2dOfTheTransposes) {
+  for (auto dtype : {at::kDouble, at::kFloat}) {
+    const double tol = dtype == at::kDouble ? 1e-12 : 1e-4;
+    for (int64_t pad : {0, 1}) {
+      const at::Tensor g = at::randn({6, 4, 3, 3}, dtype);     // [Cout, Cin, 3, 3]
+      const at::Tensor dy = at::randn({5, 6, 9, 8}, dtype);    // [N, Cout, H', W']
+      const at::Tensor gt = g.transpose(0, 1), dyt = dy.transpose(0, 1);
+      ASSERT_TRUE(IsSwappedInputGradientForm(gt, dyt, {1, 1}, {0, 0}, 1, {1, 1}));
+      const at::Tensor want = at::conv_transpose2d(gt, dyt, {}, 1, pad);
+      ExpectClose(SwappedInputGradient(gt, dyt, {pad, pad}), want, tol, tol,
+                  "swapped input gradient, padding " + std::to_string(pad));
+      torch::jit::Operation op = MakeConvolutionOperation(true, [](torch::jit::Stack&) {
+        FAIL() << "handed to ATen";
+      });
+      torch::jit::Stack stack = {gt, dyt, c10::IValue(), std::vector<int64_t>{1, 1},
+                                 std::vector<int64_t>{pad, pad}, std::vector<int64_t>{0, 0},
+                                 int64_t{1}, std::vector<int64_t>{1, 1}};
+      op(stack);
+      ASSERT_EQ(stack.size(), 1u);
+      ExpectClose(stack[0].toTensor(), want, tol, tol, "operation");
+    }
+  }
+  const at::Tensor dy = at::randn({5, 6, 9, 8}), w = at::randn({6, 3, 3, 3});
+  EXPECT_FALSE(IsSwappedInputGradientForm(dy, w, {1, 1}, {0, 0}, 1, {1, 1}));
+  const at::Tensor gt = at::randn({6, 4, 3, 3}).transpose(0, 1);
+  const at::Tensor dyt = at::randn({5, 6, 9, 8}).transpose(0, 1);
+  EXPECT_FALSE(IsSwappedInputGradientForm(gt, dyt, {2, 2}, {0, 0}, 1, {1, 1}));
+  EXPECT_FALSE(IsSwappedInputGradientForm(gt, dyt, {1, 1}, {1, 1}, 1, {1, 1}));
+}
+
 // The input gradient form, conv_transpose2d(dy, w) at stride 1, through
 // convolution_backward (float32 with oneDNN): ATen's conv_transpose2d to
 // 1e-4 relative, through the operation too; float64 and strided calls are
