@@ -45,6 +45,24 @@ TEST(PlaneMaxPool, TiesAndNaNPickWhatATenPicks) {
   ExpectSameAsATen(x, {2, 2});
 }
 
+// 2x2 windows over every row width from 2 to 70 (output rows of 1 to 35:
+// within one 16-output step, across steps, odd widths whose last column
+// drops), on data with many ties (small integers), NaNs and -inf.
+TEST(PlaneMaxPool, EveryRowWidthMatchesATen) {
+  torch::manual_seed(1);
+  for (auto dtype : {torch::kFloat, torch::kDouble}) {
+    for (int64_t width = 2; width <= 70; ++width) {
+      for (int64_t height : {2, 5}) {
+        at::Tensor x = torch::randint(0, 3, {2, 3, height, width}).to(dtype);
+        x.view(-1).index_put_({torch::randint(0, x.numel(), {x.numel() / 9})}, NAN);
+        x.view(-1).index_put_({torch::randint(0, x.numel(), {x.numel() / 9})}, -INFINITY);
+        ExpectSameAsATen(x, {2, 2});
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
 TEST(PlaneMaxPool, LeavesOtherCallsToATen) {
   at::Tensor x = torch::randn({2, 3, 8, 8});
   EXPECT_FALSE(PlaneMaxPoolApplies(x, {2, 2}, {1, 1}, {0, 0}, {1, 1}, false));  // overlap
