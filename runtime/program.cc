@@ -14,6 +14,7 @@
 #include "runtime/convolution.h"
 #include "runtime/gemm.h"
 #include "runtime/max_pool.h"
+#include "runtime/scatter_add.h"
 #include "runtime/operator_lookup.h"
 #include "runtime/profiler.h"
 #include "runtime/reduction.h"
@@ -79,6 +80,9 @@ torch::jit::Operation OperationFor(const ProgramCode& code, const InstructionCod
       // Pooling: plane by plane (runtime/max_pool.h).
       if (ins.schema.rfind("aten::max_pool2d_with_indices(", 0) == 0)
         return MakeMaxPoolOperation(LookUpOperation(ins.schema));
+      // Its gradient: scattered row by row (runtime/scatter_add.h).
+      if (ins.schema.rfind("aten::scatter_add(", 0) == 0)
+        return MakeScatterAddOperation(LookUpOperation(ins.schema));
       return LookUpOperation(ins.schema);
     }
     case InstructionKind::kFusedKernel: {

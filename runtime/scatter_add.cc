@@ -1,0 +1,93 @@
+#include "runtime/scatter_add.h"
+
+#include <algorithm>
+
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include "runtime/buffer_ownership.h"
+
+namespace metafuse::runtime {
+namespace {
+
+template <typename T>
+void ScatterRows(T* out, int64_t length, const int64_t* index, const T* src, int64_t count,
+                 int64_t rows) {
+  // Rows split over ATen's threads, at least ~32k scattered elements a chunk.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, count));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      T* row = out + r * length;
+      const int64_t* at = index + r * count;
+      const T* from = src + r * count;
+      for (int64_t k = 0; k < count; ++k) {
+        const int64_t i = at[k];
+        TORCH_CHECK(i >= 0 && i < length, "metafuse scatter_add: index ", i,
+                    " is out of bounds for a last dimension of size ", length);
+        row[i] += from[k];
+      }
+    }
+  });
+}
+
+}  // namespace
+
+bool LastDimScatterAddApplies(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                              const at::Tensor& src) {
+  if (!self.defined() || !index.defined() || !src.defined() || self.dim() < 1 ||
+      !self.is_cpu() || !index.is_cpu() || !src.is_cpu() ||
+      (self.scalar_type() != at::kFloat && self.scalar_type() != at::kDouble) ||
+      src.scalar_type() != self.scalar_type() || index.scalar_type() != at::kLong ||
+      !self.is_contiguous() || !index.is_contiguous() || !src.is_contiguous()) {
+    return false;
+  }
+  if (dim != -1 && dim != self.dim() - 1) return false;
+  // Programs run without autograd; a call that records a graph keeps ATen's.
+  if (at::GradMode::is_enabled() && (self.requires_grad() || src.requires_grad())) return false;
+  // One index per source element, rows matching self's.
+  if (index.sizes() != src.sizes() || index.dim() != self.dim()) return false;
+  for (int64_t d = 0; d + 1 < self.dim(); ++d) {
+    if (index.size(d) != self.size(d)) return false;
+  }
+  return true;
+}
+
+at::Tensor ScatterAddLastDim(at::Tensor self, const at::Tensor& index, const at::Tensor& src,
+                             bool in_place) {
+  at::Tensor out = in_place ? std::move(self) : self.clone(at::MemoryFormat::Contiguous);
+  const int64_t length = out.size(-1), count = index.size(-1);
+  const int64_t rows = count == 0 ? 0 : index.numel() / count;
+  if (rows == 0) return out;
+  if (out.scalar_type() == at::kFloat) {
+    ScatterRows<float>(out.data_ptr<float>(), length, index.data_ptr<int64_t>(),
+                       src.data_ptr<float>(), count, rows);
+  } else {
+    ScatterRows<double>(out.data_ptr<double>(), length, index.data_ptr<int64_t>(),
+                        src.data_ptr<double>(), count, rows);
+  }
+  return out;
+}
+
+torch::jit::Operation MakeScatterAddOperation(torch::jit::Operation aten) {
+  return [aten](torch::jit::Stack& stack) mutable {
+    auto args = torch::jit::last(stack, 4);
+    if (!args[1].isInt() ||
+        !LastDimScatterAddApplies(args[0].toTensor(), args[1].toInt(), args[2].toTensor(),
+                                  args[3].toTensor())) {
+      aten(stack);
+      return;
+    }
+    const at::Tensor src = std::move(stack.back()).toTensor();
+    stack.pop_back();
+    const at::Tensor index = std::move(stack.back()).toTensor();
+    stack.pop_back();
+    stack.pop_back();  // dim
+    at::Tensor self = std::move(stack.back()).toTensor();
+    stack.pop_back();
+    // The fresh zeros of a pooling gradient are held by nothing else here.
+    const bool in_place = BufferIsFree(self);
+    stack.emplace_back(ScatterAddLastDim(std::move(self), index, src, in_place));
+  };
+}
+
+}  // namespace metafuse::runtime
