@@ -194,16 +194,25 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
       stack.back() = std::move(c);
       return;
     }
-    const GemmShape shape{a.scalar_type() == at::kDouble, fa, fb, m, n, k};
+    // Every task's op(A) row-major and right after the previous one, times
+    // one shared B (the meta-parameters at the first inner step): the
+    // tasks' rows are one tall matrix, and the products one GEMM of
+    // batch * m rows instead of `batch` small ones.
+    int64_t rows_a = m, products = batch;
+    if (batch > 1 && step_b == 0 && !fa && step_a == m * k) {
+      rows_a = m * batch;
+      products = 1;
+    }
+    const GemmShape shape{a.scalar_type() == at::kDouble, fa, fb, rows_a, n, k};
     GemmKernel kernel;
     {
       std::lock_guard<std::mutex> lock(memo->mutex);
       if (!memo->valid || !SameShape(memo->shape, shape)) {
         memo->kernel = ChooseGemmKernel(shape, blas.library, [&](GemmKernel candidate) {
           return a.scalar_type() == at::kFloat
-                     ? TimeOneProduct<float>(candidate, blas, fa, fb, m, n, k,
+                     ? TimeOneProduct<float>(candidate, blas, fa, fb, rows_a, n, k,
                                              a.data_ptr<float>(), b.data_ptr<float>())
-                     : TimeOneProduct<double>(candidate, blas, fa, fb, m, n, k,
+                     : TimeOneProduct<double>(candidate, blas, fa, fb, rows_a, n, k,
                                               a.data_ptr<double>(), b.data_ptr<double>());
         });
         memo->shape = shape;
@@ -216,19 +225,20 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
       // product has at least ~1M multiply-adds, in chunks of at least
       // ~256k: below that a fork-join costs more than it saves (the
       // sinusoid's 25 x 10x40x40 products ran slower at 2 threads split).
-      const int64_t work = std::max<int64_t>(1, m * n * k);
-      const int64_t grain = batch * work < (int64_t{1} << 20)
-                                ? batch
+      const int64_t work = std::max<int64_t>(1, rows_a * n * k);
+      const int64_t grain = products * work < (int64_t{1} << 20)
+                                ? products
                                 : std::max<int64_t>(1, (int64_t{1} << 18) / work);
-      at::parallel_for(0, batch, grain, [&](int64_t begin, int64_t end) {
+      at::parallel_for(0, products, grain, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
           if (a.scalar_type() == at::kFloat) {
-            SmallGemm(fa, fb, m, n, k, a.data_ptr<float>() + i * step_a,
+            SmallGemm(fa, fb, rows_a, n, k, a.data_ptr<float>() + i * step_a,
                       b.data_ptr<float>() + i * step_b, static_cast<float>(beta),
-                      c.data_ptr<float>() + i * m * n);
+                      c.data_ptr<float>() + i * rows_a * n);
           } else {
-            SmallGemm(fa, fb, m, n, k, a.data_ptr<double>() + i * step_a,
-                      b.data_ptr<double>() + i * step_b, beta, c.data_ptr<double>() + i * m * n);
+            SmallGemm(fa, fb, rows_a, n, k, a.data_ptr<double>() + i * step_a,
+                      b.data_ptr<double>() + i * step_b, beta,
+                      c.data_ptr<double>() + i * rows_a * n);
           }
         }
       });
@@ -238,15 +248,15 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
     // One GEMM per task, one after another: the BLAS LibTorch loads here
     // (Debian's serial OpenBLAS) shares its work buffers between calls, so
     // concurrent calls from several threads corrupt each other's results.
-    for (int64_t i = 0; i < batch; ++i) {
+    for (int64_t i = 0; i < products; ++i) {
       if (a.scalar_type() == at::kFloat) {
-        RowMajorGemm<float>(blas.sgemm, fa, fb, m, n, k, a.data_ptr<float>() + i * step_a,
+        RowMajorGemm<float>(blas.sgemm, fa, fb, rows_a, n, k, a.data_ptr<float>() + i * step_a,
                             b.data_ptr<float>() + i * step_b, static_cast<float>(beta),
-                            c.data_ptr<float>() + i * m * n);
+                            c.data_ptr<float>() + i * rows_a * n);
       } else {
-        RowMajorGemm<double>(blas.dgemm, fa, fb, m, n, k, a.data_ptr<double>() + i * step_a,
+        RowMajorGemm<double>(blas.dgemm, fa, fb, rows_a, n, k, a.data_ptr<double>() + i * step_a,
                              b.data_ptr<double>() + i * step_b, beta,
-                             c.data_ptr<double>() + i * m * n);
+                             c.data_ptr<double>() + i * rows_a * n);
       }
     }
     stack.back() = std::move(c);

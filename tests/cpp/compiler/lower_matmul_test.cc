@@ -208,6 +208,38 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor):
   }
 }
 
+// Products of every task's rows with one shared matrix (an expanded B,
+// the meta-parameters at the first inner step) run as one tall GEMM, also
+// accumulating; a slice of a longer stack (tasks further apart) or a
+// transposed A keeps one product per task. All against ATen's bmm.
+TEST(GemmOperation, SharedRightOperandMergesTheTasks) {
+  ASSERT_TRUE(runtime::DirectBlasAvailable());
+  constexpr const char* kIr = R"IR(
+graph(%a : Tensor, %b : Tensor, %c : Tensor, %d : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %two : int = prim::Constant[value=2]()
+  %p : Tensor = aten::bmm(%a, %b)
+  %s : Tensor = aten::add(%c, %p, %one)
+  %dt : Tensor = aten::transpose(%d, %one, %two)
+  %q : Tensor = aten::bmm(%dt, %b)
+  %r : Tensor = aten::bmm(%d, %b)
+  return (%s, %q, %r)
+)IR";
+  for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    auto opts = torch::TensorOptions().dtype(dtype);
+    const at::Tensor shared = torch::randn({1, 40, 40}, opts).expand({25, 40, 40});
+    ExpectGemmsMatchGeneric(kIr,
+                            {torch::randn({25, 10, 40}, opts), shared,
+                             torch::randn({25, 10, 40}, opts), torch::randn({25, 40, 40}, opts)},
+                            dtype, 3);
+    // A slice of a longer stack: the tasks are 20 rows apart.
+    ExpectGemmsMatchGeneric(kIr,
+                            {torch::randn({25, 20, 40}, opts).narrow(1, 5, 10), shared,
+                             torch::randn({25, 10, 40}, opts), torch::randn({25, 40, 40}, opts)},
+                            dtype, 3);
+  }
+}
+
 // A transposed sum of products (a weight gradient summed over inner steps,
 // read in the weight's layout): t(acc + P) becomes one product accumulating
 // into t(acc), and when acc is a product read only there, that one is
