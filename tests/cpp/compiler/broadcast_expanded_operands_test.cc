@@ -17,12 +17,6 @@ namespace {
 
 using torch::jit::Graph;
 
-std::shared_ptr<Graph> Parse(const std::string& ir) {
-  auto graph = std::make_shared<Graph>();
-  torch::jit::parseIR(ir, graph.get());
-  return graph;
-}
-
 // One step of SGD per task from shared meta-parameters, as metafuse.vmap
 // traces it: %w expanded to the task count, read by the product (in place),
 // by the update (broadcast), by a ReLU (whose result would shrink: kept)
@@ -51,7 +45,7 @@ std::vector<c10::IValue> Inputs() {
 }
 
 TEST(BroadcastExpandedOperands, ElementwiseReadersReadTheSource) {
-  auto graph = Parse(kIr);
+  auto graph = ParseGraph(kIr);
   SpecializeShapes(graph, Inputs());
   EXPECT_EQ(BroadcastExpandedOperands(graph), 1) << *graph;
   for (const torch::jit::Node* n : graph->nodes()) {
@@ -67,8 +61,8 @@ TEST(BroadcastExpandedOperands, ElementwiseReadersReadTheSource) {
 }
 
 TEST(BroadcastExpandedOperands, SpecializedProgramEqualsGeneric) {
-  SpecializedRunner fused(Parse(kIr), "expanded", nullptr);
-  SpecializedRunner generic(Parse(kIr), "generic", nullptr);
+  SpecializedRunner fused(ParseGraph(kIr), "expanded", nullptr);
+  SpecializedRunner generic(ParseGraph(kIr), "generic", nullptr);
   generic.set_fusion(false);
   for (int run = 0; run < 2; ++run) {
     const auto got = fused.Run(Inputs());

@@ -35,12 +35,6 @@ using torch::jit::Value;
 using torch::jit::testing::FileCheck;
 namespace kir = codegen::kir;
 
-std::shared_ptr<Graph> Parse(const std::string& ir) {
-  auto graph = std::make_shared<Graph>();
-  torch::jit::parseIR(ir, graph.get());
-  return graph;
-}
-
 at::Tensor Randn(c10::IntArrayRef sizes) { return torch::randn(sizes, torch::kFloat64); }
 
 // Top-level nodes of `kind` ("aten::mul").
@@ -102,7 +96,7 @@ struct Fused {
 };
 Fused SpecializeAndFuse(const std::string& ir, const std::vector<c10::IValue>& inputs) {
   Fused f;
-  f.graph = Parse(ir);
+  f.graph = ParseGraph(ir);
   f.original = f.graph->copy();
   SpecializeShapes(f.graph, inputs);
   f.stats = FuseElementwise(f.graph);
@@ -139,7 +133,7 @@ std::vector<int64_t> Reuse(const Node* group) { return group->is(ReuseAttr()); }
 // ================================================================ SpecializeShapes
 
 TEST(SpecializeShapes, FoldsSizeNumelAndDimIntoConstants) {
-  auto graph = Parse(R"IR(
+  auto graph = ParseGraph(R"IR(
 graph(%x : Tensor, %y : Tensor):
   %s : int[] = aten::size(%x)
   %r : Tensor = aten::reshape(%y, %s)
@@ -183,7 +177,7 @@ graph(%x : Tensor, %y : Tensor):
 }
 
 TEST(SpecializeShapes, RemovesIdentitySumToSizeAndTypeAsKeepsRealReduction) {
-  auto graph = Parse(R"IR(
+  auto graph = ParseGraph(R"IR(
 graph(%a : Tensor, %b : Tensor, %c : Tensor):
   %one : int = prim::Constant[value=1]()
   %x : Tensor = aten::mul(%a, %b)
@@ -221,7 +215,7 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor):
 }
 
 TEST(SpecializeShapes, RemovesNoOpExpandReshapeViewContiguousOnly) {
-  auto graph = Parse(R"IR(
+  auto graph = ParseGraph(R"IR(
 graph(%a : Tensor, %f : Tensor):
   %false : bool = prim::Constant[value=0]()
   %none : NoneType = prim::Constant()
@@ -722,7 +716,7 @@ graph(%p0 : Tensor, %g0 : Tensor, %lr0 : float, %p1 : Tensor, %g1 : Tensor, %lr1
 }
 
 TEST(ReorderTopologically, MovesUsersAfterDefinitionsKeepingOrder) {
-  auto graph = Parse(R"IR(
+  auto graph = ParseGraph(R"IR(
 graph(%x : Tensor):
   %a : Tensor = aten::exp(%x)
   %b : Tensor = aten::neg(%a)
@@ -905,7 +899,7 @@ TEST(ClassifyBroadcast, Forms) {
 }
 
 TEST(IsFusibleNode, DecidesOnCompleteTypes) {
-  auto graph = Parse(R"IR(
+  auto graph = ParseGraph(R"IR(
 graph(%x : Tensor, %y : Tensor, %f : Tensor, %s : Tensor, %i : Tensor):
   %one : int = prim::Constant[value=1]()
   %two : float = prim::Constant[value=2.]()
@@ -971,7 +965,7 @@ graph(%x : Tensor, %y : Tensor):
 }
 
 TEST(LowerFusionGroup, RejectsWhatIsNotAnElementwiseGroup) {
-  auto graph = Parse(R"IR(
+  auto graph = ParseGraph(R"IR(
 graph(%x : Tensor):
   %a : Tensor = aten::tanh(%x)
   return (%a)
@@ -981,7 +975,7 @@ graph(%x : Tensor):
   EXPECT_FALSE(not_group.ok());
 
   // A hand-made group holding an mm: the error names it.
-  auto sub = Parse(R"IR(
+  auto sub = ParseGraph(R"IR(
 graph(%x : Tensor):
   %m : Tensor = aten::mm(%x, %x)
   %a : Tensor = aten::tanh(%m)
@@ -1030,9 +1024,9 @@ graph(%x : Tensor, %w : Tensor, %b : Tensor, %y : Tensor, %col : Tensor):
                                     Randn({rows, 3}), Randn({rows, 1})};
   };
   StageLog log;
-  SpecializedRunner fused(Parse(ir), "e2e", &log);
+  SpecializedRunner fused(ParseGraph(ir), "e2e", &log);
   fused.set_fusion(true);
-  SpecializedRunner unfused(Parse(ir), "e2e_unfused", nullptr);
+  SpecializedRunner unfused(ParseGraph(ir), "e2e_unfused", nullptr);
   unfused.set_fusion(false);
   EXPECT_EQ(fused.specialized(), nullptr);
 

@@ -19,12 +19,6 @@ namespace {
 
 using torch::jit::Graph;
 
-std::shared_ptr<Graph> Parse(const std::string& ir) {
-  auto graph = std::make_shared<Graph>();
-  torch::jit::parseIR(ir, graph.get());
-  return graph;
-}
-
 size_t Count(const Graph& graph, const std::string& kind) {
   size_t n = 0;
   for (const torch::jit::Node* node : graph.nodes()) n += node->kind().toQualString() == kind;
@@ -43,7 +37,7 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor):
 )IR";
 
 TEST(LowerMatmulToGemm, FoldsTransposesIntoFlags) {
-  auto graph = Parse(kProducts);
+  auto graph = ParseGraph(kProducts);
   // a [3,4], b [4,3], c [3,3]: every product is defined.
   SpecializeShapes(graph, {torch::randn({3, 4}, torch::kFloat64),
                            torch::randn({4, 3}, torch::kFloat64),
@@ -61,7 +55,7 @@ TEST(LowerMatmulToGemm, FoldsTransposesIntoFlags) {
 }
 
 TEST(LowerMatmulToGemm, KeepsTransposesReadElsewhereAndSkipsIntegers) {
-  auto graph = Parse(R"IR(
+  auto graph = ParseGraph(R"IR(
 graph(%a : Tensor, %b : Tensor):
   %at : Tensor = aten::t(%a)
   %p : Tensor = aten::mm(%at, %b)
@@ -72,7 +66,7 @@ graph(%a : Tensor, %b : Tensor):
   EXPECT_EQ(LowerMatmulToGemm(graph), 1);
   EXPECT_EQ(Count(*graph, "aten::t"), 1u);  // still returned
 
-  auto ints = Parse("graph(%a : Tensor, %b : Tensor):\n"
+  auto ints = ParseGraph("graph(%a : Tensor, %b : Tensor):\n"
                     "  %p : Tensor = aten::mm(%a, %b)\n  return (%p)\n");
   SpecializeShapes(ints, {torch::ones({2, 2}, torch::kLong), torch::ones({2, 2}, torch::kLong)});
   EXPECT_EQ(LowerMatmulToGemm(ints), 0);
@@ -80,7 +74,7 @@ graph(%a : Tensor, %b : Tensor):
 }
 
 TEST(LowerMatmulToGemm, FoldsTransposedProductsAndDoubleTransposes) {
-  auto graph = Parse(R"IR(
+  auto graph = ParseGraph(R"IR(
 graph(%a : Tensor, %b : Tensor, %c : Tensor):
   %p : Tensor = aten::mm(%a, %b)
   %pt : Tensor = aten::t(%p)
@@ -114,7 +108,7 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor):
 TEST(LowerMatmulToGemm, AdditionsOfProductsAccumulate) {
   // %s1 dies at its addition (its buffer is reused); %c is read again, so
   // the second accumulation works on a copy and %c stays intact.
-  auto graph = Parse(R"IR(
+  auto graph = ParseGraph(R"IR(
 graph(%a : Tensor, %b : Tensor, %c : Tensor):
   %one : int = prim::Constant[value=1]()
   %p : Tensor = aten::mm(%a, %b)
@@ -155,7 +149,7 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor):
 // ATen's mm / bmm) on `inputs`: `gemms` GEMM instructions, equal results.
 void ExpectGemmsMatchGeneric(const char* ir, const std::vector<c10::IValue>& inputs,
                              torch::Dtype dtype, int64_t gemms) {
-  auto graph = Parse(ir);
+  auto graph = ParseGraph(ir);
   SpecializedRunner fused(graph->copy(), "gemm", nullptr);
   SpecializedRunner generic(graph->copy(), "generic", nullptr);
   generic.set_fusion(false);
@@ -267,7 +261,7 @@ graph(%a : Tensor, %b : Tensor, %c : Tensor, %d : Tensor):
                                        torch::randn({4, 10, 5}, opts),
                                        torch::randn({4, 20, 6}, opts).narrow(1, 3, 10),
                                        torch::randn({4, 10, 5}, opts)};
-    auto graph = Parse(kIr);
+    auto graph = ParseGraph(kIr);
     SpecializeShapes(graph, inputs);
     EXPECT_EQ(LowerMatmulToGemm(graph), 2);
     EXPECT_EQ(Count(*graph, "aten::transpose"), 0u) << *graph;
@@ -297,7 +291,7 @@ graph(%x : Tensor, %w : Tensor, %b : Tensor, %h : Tensor, %v : Tensor):
   std::vector<c10::IValue> inputs = {
       torch::randn({25, 10, 1}), torch::randn({25, 40, 1}), torch::randn({25, 1, 40}),
       torch::randn({25, 10, 40}), torch::randn({25, 40, 40})};
-  auto graph = Parse(ir);
+  auto graph = ParseGraph(ir);
   SpecializeShapes(graph, inputs);
   EXPECT_EQ(RankOneProductsToMultiplies(graph), 1);
   EXPECT_EQ(Count(*graph, "aten::bmm"), 1u) << *graph;  // the dense one stays
@@ -305,7 +299,7 @@ graph(%x : Tensor, %w : Tensor, %b : Tensor, %h : Tensor, %v : Tensor):
 
   auto x = inputs[0].toTensor(), w = inputs[1].toTensor(), b = inputs[2].toTensor();
   const at::Tensor want = at::relu(at::bmm(x, w.transpose(1, 2)) + b);
-  SpecializedRunner runner(Parse(ir), "rank_one", nullptr);
+  SpecializedRunner runner(ParseGraph(ir), "rank_one", nullptr);
   const auto got = runner.Run(inputs);
   EXPECT_TRUE(at::equal(got[0].toTensor(), want))
       << (got[0].toTensor() - want).abs().max().item<double>();
@@ -313,7 +307,7 @@ graph(%x : Tensor, %w : Tensor, %b : Tensor, %h : Tensor, %v : Tensor):
                            at::bmm(inputs[3].toTensor(), inputs[4].toTensor()), 1e-5, 1e-5));
 
   // Plain matrices: [M, 1] x [1, N].
-  auto g2 = Parse(R"IR(
+  auto g2 = ParseGraph(R"IR(
 graph(%a : Tensor, %c : Tensor):
   %p : Tensor = aten::mm(%a, %c)
   return (%p)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/ir/irparser.h>
 
 #include "compiler/ir_dump.h"
 #include "compiler/lower_to_program.h"
@@ -18,6 +19,13 @@
 #include "runtime/program.h"
 
 namespace metafuse::compiler {
+
+// A graph from TorchScript IR text (the pass tests' inputs).
+inline std::shared_ptr<torch::jit::Graph> ParseGraph(const std::string& ir) {
+  auto graph = std::make_shared<torch::jit::Graph>();
+  torch::jit::parseIR(ir, graph.get());
+  return graph;
+}
 
 class SpecializedRunner {
  public:

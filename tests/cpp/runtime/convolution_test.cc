@@ -37,6 +37,25 @@ void ExpectClose(const at::Tensor& got, const at::Tensor& want, double rtol, dou
       << what << ": max difference " << (got - want).abs().max().item<double>();
 }
 
+// The convolution operation (transposed: conv_transpose2d) at stride 1,
+// padding `pad`, dilation 1, one group and no bias, on `input` and
+// `weight`, failing the test if it hands the call to ATen.
+at::Tensor RunOperationWithoutATen(bool transposed, const at::Tensor& input,
+                                   const at::Tensor& weight, int64_t pad) {
+  torch::jit::Operation op = MakeConvolutionOperation(transposed, [](torch::jit::Stack&) {
+    ADD_FAILURE() << "handed to ATen";
+  });
+  const std::vector<int64_t> ones = {1, 1}, padding = {pad, pad}, zeros = {0, 0};
+  torch::jit::Stack stack =
+      transposed ? torch::jit::Stack{input, weight, c10::IValue(), ones, padding, zeros,
+                                     int64_t{1}, ones}
+                 : torch::jit::Stack{input, weight, c10::IValue(), ones, padding, ones,
+                                     int64_t{1}};
+  op(stack);
+  EXPECT_EQ(stack.size(), 1u);
+  return stack.back().toTensor();
+}
+
 TEST(GemmConvolution, Conv2dMatchesATen) {
   torch::manual_seed(0);
   for (auto dtype : {at::kDouble, at::kFloat}) {
@@ -140,15 +159,7 @@ TEST(WeightGradientForm, MatchesConv2dOfTheTransposes) {
       const at::Tensor want = at::conv2d(xt, dyt, {}, 1, pad);
       ExpectClose(WeightGradientByConvolutionBackward(xt, dyt, {pad, pad}), want, tol, tol,
                   "weight gradient, padding " + std::to_string(pad));
-      torch::jit::Operation op = MakeConvolutionOperation(false, [](torch::jit::Stack&) {
-        FAIL() << "handed to ATen";
-      });
-      torch::jit::Stack stack = {xt, dyt, c10::IValue(), std::vector<int64_t>{1, 1},
-                                 std::vector<int64_t>{pad, pad}, std::vector<int64_t>{1, 1},
-                                 int64_t{1}};
-      op(stack);
-      ASSERT_EQ(stack.size(), 1u);
-      ExpectClose(stack[0].toTensor(), want, tol, tol, "operation");
+      ExpectClose(RunOperationWithoutATen(false, xt, dyt, pad), want, tol, tol, "operation");
     }
   }
   const at::Tensor x = at::randn({5, 4, 9, 8}), dy = at::randn({5, 4, 7, 8});
@@ -188,15 +199,7 @@ TEST(SwappedInputGradientForm, MatchesConvTranspose2dOfTheTransposes) {
       const at::Tensor want = at::conv_transpose2d(gt, dyt, {}, 1, pad);
       ExpectClose(SwappedInputGradient(gt, dyt, {pad, pad}), want, tol, tol,
                   "swapped input gradient, padding " + std::to_string(pad));
-      torch::jit::Operation op = MakeConvolutionOperation(true, [](torch::jit::Stack&) {
-        FAIL() << "handed to ATen";
-      });
-      torch::jit::Stack stack = {gt, dyt, c10::IValue(), std::vector<int64_t>{1, 1},
-                                 std::vector<int64_t>{pad, pad}, std::vector<int64_t>{0, 0},
-                                 int64_t{1}, std::vector<int64_t>{1, 1}};
-      op(stack);
-      ASSERT_EQ(stack.size(), 1u);
-      ExpectClose(stack[0].toTensor(), want, tol, tol, "operation");
+      ExpectClose(RunOperationWithoutATen(true, gt, dyt, pad), want, tol, tol, "operation");
     }
   }
   const at::Tensor dy = at::randn({5, 6, 9, 8}), w = at::randn({6, 3, 3, 3});
@@ -219,15 +222,7 @@ TEST(InputGradientForm, MatchesConvTranspose2d) {
     const at::Tensor want = at::conv_transpose2d(dy, w, {}, 1, pad);
     ExpectClose(InputGradientByConvolutionBackward(dy, w, {pad, pad}), want, 1e-4, 1e-4,
                 "input gradient, padding " + std::to_string(pad));
-    torch::jit::Operation op = MakeConvolutionOperation(true, [](torch::jit::Stack&) {
-      FAIL() << "handed to ATen";
-    });
-    torch::jit::Stack stack = {dy, w, c10::IValue(), std::vector<int64_t>{1, 1},
-                               std::vector<int64_t>{pad, pad}, std::vector<int64_t>{0, 0},
-                               int64_t{1}, std::vector<int64_t>{1, 1}};
-    op(stack);
-    ASSERT_EQ(stack.size(), 1u);
-    ExpectClose(stack[0].toTensor(), want, 1e-4, 1e-4, "operation");
+    ExpectClose(RunOperationWithoutATen(true, dy, w, pad), want, 1e-4, 1e-4, "operation");
   }
   const at::Tensor dy = at::randn({5, 6, 9, 8}), w = at::randn({6, 3, 3, 3});
   EXPECT_FALSE(IsInputGradientForm(dy.to(at::kDouble), w.to(at::kDouble), {1, 1}, {0, 0}, 1,
