@@ -29,6 +29,21 @@ def _step(scheduler, params, batch):
                 "rank": exc.rank, "reason": exc.reason, "message": str(exc)}
 
 
+def _wait_until_dead(pid, limit=30.0):
+    """Block until the process has exited (gone or a zombie of the launcher):
+    a fixed sleep raced the kill on a loaded machine and the step still ran."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"worker2 (pid {pid}) did not exit within {limit} s of die_now")
+
+
 @todist.auto_init_rpc()
 def main(path):
     torch.set_num_threads(1)
@@ -38,8 +53,9 @@ def main(path):
     out = {}
     scheduler = todist.TaskScheduler(programs.eager_task_loss)
     out["before"] = _step(scheduler, params, batch)
+    doomed = torch.distributed.rpc.rpc_sync("worker2", os.getpid)
     torch.distributed.rpc.rpc_async("worker2", programs.die_now)
-    time.sleep(0.5)
+    _wait_until_dead(doomed)
     out["killed"] = _step(scheduler, params, batch)
     scheduler.remove_worker(out["killed"].get("worker", "worker2"))
     out["workers_after_removal"] = scheduler.workers
