@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <sstream>
+#include <vector>
 
+#include "kernels/adam_direction.h"
 #include "metafuse/optim/state_helpers.h"
 #include "metafuse/optim/transforms.h"
 
@@ -23,6 +25,71 @@ TransformState MomentsState(const char* name, const TensorList& params,
            internal::FilledLike(second_name, params, 0.0, requires_grad),
            internal::CountField()},
           {}};
+}
+
+// Adam's moments and direction as a chain of ATen ops (any dtype, device,
+// layout; differentiable when the tensors require grad).
+at::Tensor AdamDirectionByOps(at::Tensor& mu, at::Tensor& nu, const at::Tensor& g,
+                              const AdamDirectionScalars& s, bool inplace) {
+  Ema(mu, g, s.b1, inplace);
+  EmaSquare(nu, g, s.b2, inplace);
+  at::Tensor denom = (nu / s.bc2 + s.eps_root).sqrt() + s.eps;
+  return (mu / s.bc1) / denom;
+}
+
+// Probe gradients without touching any random generator (the user's
+// streams stay where they are; vmap's randomness checks never see it):
+// a linear congruential sequence over signs and magnitudes 1e-6..1e3.
+at::Tensor ProbeGradient(int64_t n, uint64_t seed, at::ScalarType dtype) {
+  std::vector<double> values(n);
+  for (double& v : values) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    const double unit = static_cast<double>(seed >> 11) / 9007199254740992.0;
+    const double magnitude = std::pow(10.0, static_cast<int>((seed >> 3) % 10) - 6);
+    v = (unit * 2.0 - 1.0) * magnitude;
+  }
+  return at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(dtype);
+}
+
+// Whether kernels/adam_direction's one loop gives the op chain's bits in
+// this process (it assumes ATen fuses add-with-alpha and addcmul into one
+// multiply-add): both run three steps on 4099 elements (vector bodies and
+// tails); decided once per dtype.
+bool OneLoopReproducesTheOps(at::ScalarType dtype) {
+  auto probe = [](at::ScalarType type) {
+    at::NoGradGuard no_grad;
+    const int64_t n = 4099;
+    at::Tensor mu_ops = at::zeros({n}, at::TensorOptions().dtype(type));
+    at::Tensor nu_ops = at::zeros_like(mu_ops);
+    at::Tensor mu_loop = mu_ops.clone(), nu_loop = nu_ops.clone();
+    for (int t = 1; t <= 3; ++t) {
+      const at::Tensor g = ProbeGradient(n, t, type);
+      const AdamDirectionScalars s{0.9, 0.999, 1.0 - std::pow(0.9, t),
+                                   1.0 - std::pow(0.999, t), 1e-8, 1e-10};
+      at::Tensor by_ops = AdamDirectionByOps(mu_ops, nu_ops, g, s, true);
+      at::Tensor by_loop = AdamDirectionInPlace(mu_loop, nu_loop, g, s);
+      if (!at::equal(by_ops, by_loop) || !at::equal(mu_ops, mu_loop) ||
+          !at::equal(nu_ops, nu_loop)) {
+        return false;
+      }
+    }
+    return true;
+  };
+  static const bool for_float = probe(at::kFloat);
+  static const bool for_double = probe(at::kDouble);
+  return dtype == at::kFloat ? for_float : dtype == at::kDouble && for_double;
+}
+
+// The one loop runs where it changes nothing: in place, no autograd to
+// record, tensors it takes, and the probe above agreeing.
+bool UseOneLoop(const at::Tensor& mu, const at::Tensor& nu, const at::Tensor& g,
+                bool inplace) {
+  if (!inplace) return false;
+  if (at::GradMode::is_enabled() &&
+      (mu.requires_grad() || nu.requires_grad() || g.requires_grad())) {
+    return false;
+  }
+  return AdamDirectionApplies(mu, nu, g) && OneLoopReproducesTheOps(g.scalar_type());
 }
 
 class ScaleByAdamTx final : public GradientTransformation {
@@ -52,20 +119,23 @@ class ScaleByAdamTx final : public GradientTransformation {
     const double bc2 = 1.0 - std::pow(b2_, t);
     TensorList& mu = state.field("mu").tensors;
     TensorList& nu = state.field("nu").tensors;
+    const AdamDirectionScalars s{b1_, b2_, bc1, bc2, eps_, eps_root_};
     TensorList out;
     out.reserve(updates.size());
     for (size_t i = 0; i < updates.size(); ++i) {
-      Ema(mu[i], updates[i], b1_, inplace);
-      EmaSquare(nu[i], updates[i], b2_, inplace);
-      at::Tensor second = nu[i];
       if (amsgrad_) {
+        Ema(mu[i], updates[i], b1_, inplace);
+        EmaSquare(nu[i], updates[i], b2_, inplace);
         at::Tensor& nu_max = state.field("nu_max").tensors[i];
         nu_max = inplace ? at::maximum_out(nu_max, nu_max, nu[i])
                          : at::maximum(nu_max, nu[i]);
-        second = nu_max;
+        at::Tensor denom = (nu_max / bc2 + eps_root_).sqrt() + eps_;
+        out.push_back((mu[i] / bc1) / denom);
+      } else if (UseOneLoop(mu[i], nu[i], updates[i], inplace)) {
+        out.push_back(AdamDirectionInPlace(mu[i], nu[i], updates[i], s));
+      } else {
+        out.push_back(AdamDirectionByOps(mu[i], nu[i], updates[i], s, inplace));
       }
-      at::Tensor denom = (second / bc2 + eps_root_).sqrt() + eps_;
-      out.push_back((mu[i] / bc1) / denom);
     }
     internal::AdvanceCount(state, inplace);
     return out;

@@ -5,6 +5,7 @@
 
 #include "metafuse/optim/alias.h"
 #include "metafuse/optim/optimizer.h"
+#include "metafuse/optim/transforms.h"
 
 namespace metafuse::optim {
 namespace {
@@ -79,6 +80,32 @@ TEST(OptimCpp, AdamMatchesTorchOptim) {
       return std::make_unique<torch::optim::Adam>(
           params, torch::optim::AdamOptions(0.01).eps(1e-3).weight_decay(wd));
     });
+  }
+}
+
+// In place (float32/64 CPU: kernels/adam_direction's one loop) and out of
+// place (the op chain) give the same bits, moments and direction.
+TEST(OptimCpp, ScaleByAdamInPlaceGivesTheOutOfPlaceBits) {
+  for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    auto tx = ScaleByAdam(0.9, 0.999, 1e-8, 1e-10, false);
+    torch::manual_seed(0);
+    TensorList params{torch::randn({40, 40}, dtype), torch::randn({40}, dtype),
+                      torch::randn({1, 33}, dtype)};
+    TransformState in_place = tx->Init(params), out_of_place = tx->Init(params);
+    for (int step = 0; step < 5; ++step) {
+      TensorList grads;
+      for (const auto& p : params) grads.push_back(torch::randn_like(p) * (step + 1));
+      TensorList a = tx->Update(grads, in_place, &params, /*inplace=*/true);
+      TensorList b = tx->Update(grads, out_of_place, &params, /*inplace=*/false);
+      for (size_t i = 0; i < params.size(); ++i) {
+        ASSERT_TRUE(torch::equal(a[i], b[i])) << dtype << " step " << step << " leaf " << i;
+        for (const char* field : {"mu", "nu"}) {
+          ASSERT_TRUE(torch::equal(in_place.field(field).tensors[i],
+                                   out_of_place.field(field).tensors[i]))
+              << field << " of leaf " << i;
+        }
+      }
+    }
   }
 }
 

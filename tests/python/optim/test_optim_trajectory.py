@@ -152,3 +152,31 @@ def test_trajectory_equals_torch_optim(case):
 
 def test_there_is_a_case_for_every_alias():
     assert {name for name, _ in CASES} == set(ALIAS)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("eps_root", [0.0, 1e-10])
+def test_adam_in_place_is_bit_for_bit_the_out_of_place_chain(dtype, eps_root):
+    """The in-place step (one loop per tensor, kernels/adam_direction) and
+    the out-of-place one (ATen's op chain) give the same bits, through the
+    torch.optim-style class and the functional form."""
+    params, loss_fn = make_problem()
+    params = {k: v.to(dtype) for k, v in params.items()}
+
+    def grads_of(p):
+        p = {k: v.detach().requires_grad_() for k, v in p.items()}
+        return dict(zip(p, torch.autograd.grad(loss_fn({k: v.double() for k, v in p.items()}),
+                                               list(p.values()))))
+
+    tx = metafuse.adam(0.01, eps_root=eps_root)
+    chain_params, chain_state = dict(params), tx.init(params)
+    oop_params = {k: v.clone().requires_grad_() for k, v in params.items()}
+    opt = metafuse.Adam(oop_params.values(), lr=0.01, eps_root=eps_root)
+    for _ in range(STEPS):
+        updates, chain_state = tx.update(grads_of(chain_params), chain_state, inplace=False)
+        chain_params = metafuse.apply_updates(chain_params, updates, inplace=False)
+        for k, g in grads_of(oop_params).items():
+            oop_params[k].grad = g
+        opt.step()
+    for k in params:
+        assert torch.equal(oop_params[k].detach(), chain_params[k]), k
