@@ -32,6 +32,10 @@ written ("calls": an adapt function inside is still compiled, the rest is
 eager PyTorch). Each is a call and its backward (the fastest of up to 3
 timed calls), and the fastest is kept (``strategies()`` reports the times;
 METAFUSE_VMAP_STRATEGY=batched|tasks|calls overrides the measurement).
+With more than one intra-op thread a fourth side is timed,
+"parallel-tasks": the one-task program run task after task in one chunk
+of tasks per thread, the chunks at once (``_parallel_chunks``; CPU,
+first-order).
 
 METAFUSE_VMAP_STRATEGY=parallel splits the meta-batch into one chunk of
 tasks per thread, each chunk's batched program run on its own thread,
@@ -60,12 +64,22 @@ __all__ = ["vmap", "BatchedFunction"]
 _RANDOMNESS = ("error", "different", "same")
 
 STRATEGY_VARIABLE = "METAFUSE_VMAP_STRATEGY"
-_STRATEGIES = ("auto", "batched", "tasks", "calls", "parallel")
+_STRATEGIES = ("auto", "batched", "tasks", "calls", "parallel", "parallel-tasks")
 # A task loop must be this much faster than the batched program to be
 # chosen (a near tie keeps the one program), and the loop of calls this much
 # faster than the loop of one-task programs (a tie keeps the compiled one).
 _TASKS_MARGIN = 1.1
 _CALLS_MARGIN = 1.05
+
+
+def _parallel_tasks_apply(args, size):
+    """Whether the cost check also times the one-task programs in parallel
+    chunks: more than one intra-op thread, at least two tasks, CPU tensors
+    only (the chunks' threads run CPU programs)."""
+    if torch.get_num_threads() < 2 or size < 2:
+        return False
+    return all(t.device.type == "cpu" for arg in args for t in _tree.leaves(arg)
+               if isinstance(t, torch.Tensor))
 
 
 def _strategy_setting():
@@ -199,12 +213,16 @@ class BatchedFunction:
             return self._task_loop(args, dims, compiled=setting == "tasks")
         if setting == "parallel":
             return self._parallel(args, dims, size)
+        if setting == "parallel-tasks":
+            return self._parallel_tasks(args, dims, size)
         program_key = self._program_key_of(leaves, dims)
         key = (program_key, tuple((tuple(t.shape), t.dtype, t.device)
                                   for arg_leaves in leaves for t in arg_leaves
                                   if isinstance(t, torch.Tensor)))
         record = self._strategies.get(key)
         if record is not None:
+            if record["strategy"] == "parallel-tasks":
+                return self._parallel_tasks(args, dims, size)
             if record["strategy"] in ("tasks", "calls"):
                 return self._task_loop(args, dims, compiled=record["strategy"] == "tasks")
             return self._program_for_key(program_key, dims)(*args)
@@ -233,12 +251,37 @@ class BatchedFunction:
         loop, loop_s = (("calls", calls_s) if calls_s * _CALLS_MARGIN < tasks_s
                         else ("tasks", tasks_s))
         strategy = loop if loop_s * _TASKS_MARGIN < batched_s else "batched"
-        self._strategies[key] = {
-            "strategy": strategy, "reason": "grouped convolutions, timed",
-            "batched_s": batched_s, "tasks_s": tasks_s, "calls_s": calls_s, "tasks": size}
+        record = {"strategy": strategy, "reason": "grouped convolutions, timed",
+                  "batched_s": batched_s, "tasks_s": tasks_s, "calls_s": calls_s,
+                  "tasks": size}
+        if _parallel_tasks_apply(args, size):
+            # More than one core: the one-task programs (compiled by the
+            # timing above, on this thread) also in one chunk per thread.
+            parallel_s = seconds(lambda: self._parallel_tasks(args, dims, size))
+            record["parallel_tasks_s"] = parallel_s
+            if parallel_s * _TASKS_MARGIN < min(batched_s, loop_s):
+                record["strategy"] = strategy = "parallel-tasks"
+        self._strategies[key] = record
         if strategy == "batched":
             return batched(*args)
+        if strategy == "parallel-tasks":
+            return self._parallel_tasks(args, dims, size)
         return self._task_loop(args, dims, compiled=strategy == "tasks")
+
+    def _parallel_tasks(self, args, dims, size):
+        """The one-task program, task after task, in one contiguous chunk of
+        tasks per thread, the chunks at once (_parallel_chunks): a meta-batch
+        whose tasks are too big to batch well (grouped convolutions) spread
+        over the cores instead of each task's operations split over them.
+        The one-task program is compiled here first, on this thread (tracing
+        is not thread-safe)."""
+        bounds = _parallel_chunks.chunk_bounds(size, min(torch.get_num_threads(), size))
+        key = self._program_key(args, dims)
+        if key not in self._task_programs:
+            self._task_loop(self._narrow(args, dims, 0, 1), dims, compiled=True)
+        return _parallel_chunks.run_in_parallel(
+            lambda *chunk: self._task_loop(chunk, dims, compiled=True), args, dims, bounds,
+            self._out_dims)
 
     def _parallel(self, args, dims, size):
         """The batched program on one chunk of tasks per thread, the chunks
@@ -284,9 +327,11 @@ class BatchedFunction:
         """What the cost check chose per set of argument shapes: a list of
         dicts with ``strategy`` ('batched': one program for the meta-batch;
         'tasks': the one-task program, task after task; 'calls': the
-        function as written, task after task), ``reason`` and, where timed,
-        ``batched_s``, ``tasks_s`` and ``calls_s`` (seconds of one call and
-        its backward, each)."""
+        function as written, task after task; 'parallel-tasks': the
+        one-task program in one chunk of tasks per thread), ``reason`` and,
+        where timed, ``batched_s``, ``tasks_s``, ``calls_s`` and, with more
+        than one thread, ``parallel_tasks_s`` (seconds of one call and its
+        backward, each)."""
         return [dict(record) for record in self._strategies.values()]
 
     def _program_key(self, args, dims):

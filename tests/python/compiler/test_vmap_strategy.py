@@ -27,12 +27,55 @@ def test_conv_tasks_are_timed_both_ways_and_the_choice_agrees(monkeypatch):
     loop, loop_s = (("calls", record["calls_s"])
                     if record["calls_s"] * 1.05 < record["tasks_s"]
                     else ("tasks", record["tasks_s"]))
-    assert record["strategy"] == (loop if loop_s * 1.1 < record["batched_s"] else "batched")
+    expected = loop if loop_s * 1.1 < record["batched_s"] else "batched"
+    # More than one thread: the one-task programs in parallel chunks too.
+    assert ("parallel_tasks_s" in record) == (torch.get_num_threads() > 1)
+    if record.get("parallel_tasks_s", float("inf")) * 1.1 < min(record["batched_s"], loop_s):
+        expected = "parallel-tasks"
+    assert record["strategy"] == expected
     tasks.check(first)
     count = tasks.task_loss.compile_count
     tasks.check(tasks.losses())  # the choice is kept: nothing timed or compiled again
     assert tasks.task_loss.compile_count == count
     assert len(tasks.task_loss.strategies()) == 1
+
+
+@pytest.fixture
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("threads", [1, 2], indirect=True)
+def test_parallel_tasks_are_timed_only_with_more_than_one_thread(monkeypatch, threads):
+    monkeypatch.delenv(VARIABLE, raising=False)
+    tasks = ConvTasks(cnn_pooled())
+    tasks.check(tasks.losses())
+    [record] = tasks.task_loss.strategies()
+    assert ("parallel_tasks_s" in record) == (threads > 1), record
+    if threads > 1:
+        assert record["parallel_tasks_s"] > 0
+
+
+@pytest.mark.parametrize("threads", [2, 3], indirect=True)
+def test_forced_parallel_tasks_agree_with_the_per_task_loop(monkeypatch, threads):
+    monkeypatch.setenv(VARIABLE, "parallel-tasks")
+    tasks = ConvTasks(cnn_pooled())  # 4 tasks: chunks of 2 + 2, or 2 + 1 + 1
+    losses = tasks.losses()
+    tasks.check(losses)
+    batched = tasks.task_loss
+    assert batched.strategies() == []  # forced: nothing measured
+    # The one-task program, compiled once (on the calling thread), run by
+    # every chunk; no program for all tasks.
+    assert batched.compile_count == 1
+    assert len(batched._task_programs) == 1 and len(batched._programs) == 0
+    # The same bits on the next call.
+    again = tasks.losses()
+    assert torch.equal(again, losses)
+    with torch.no_grad():
+        torch.testing.assert_close(tasks.losses(), losses.detach(), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("strategy", ["batched", "tasks", "calls"])
@@ -72,5 +115,6 @@ def test_a_bad_setting_is_named(monkeypatch):
     monkeypatch.setenv(VARIABLE, "fastest")
     tasks = ConvTasks(cnn_pooled())
     with pytest.raises(ValueError, match="METAFUSE_VMAP_STRATEGY must be one of "
-                                         "auto, batched, tasks, calls, parallel, got 'fastest'"):
+                                         "auto, batched, tasks, calls, parallel, parallel-tasks, "
+                                         "got 'fastest'"):
         tasks.losses()
