@@ -1,6 +1,8 @@
 """A meta-batch split into contiguous chunks of tasks that run on several
 threads at once, forward and backward (metafuse.vmap's "parallel"
-strategy).
+strategy, each chunk through the batched program, and its
+"parallel-tasks" strategy, each chunk through the one-task program task
+after task).
 
 One batched program of a small meta-batch (the MAML sinusoid: 25 tasks of
 10x40x40 products) has no operation big enough to split over threads, so a
