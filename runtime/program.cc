@@ -15,6 +15,7 @@
 #include "runtime/gemm.h"
 #include "runtime/max_pool.h"
 #include "runtime/scatter_add.h"
+#include "runtime/small_program_threads.h"
 #include "runtime/operator_lookup.h"
 #include "runtime/profiler.h"
 #include "runtime/reduction.h"
@@ -153,6 +154,7 @@ Program::Program(ProgramCode code)
     TORCH_CHECK(steps_[i].op, "metafuse runtime: program '", code_.label, "' instruction ", i,
                 " (", ins.name, ") has no operation");
   }
+  size_ = SizeOf(code_);
   initial_.resize(code_.num_registers);
   std::vector<bool> keep(code_.num_registers, false);
   for (const auto& [reg, value] : code_.constants) {
@@ -195,6 +197,7 @@ std::vector<c10::IValue> Program::Run(std::vector<c10::IValue> inputs,
   // business inside it.
   torch::autograd::AutoGradMode no_grad(false);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
+  OneThreadScope one_thread(IsSmallRun(size_, inputs));
   std::vector<c10::IValue> registers = InitialRegisters(RunDevice(inputs));
   for (size_t i = 0; i < inputs.size(); ++i) {
     registers[code_.input_registers[i]] = std::move(inputs[i]);

@@ -17,6 +17,7 @@
 #include <ATen/core/stack.h>
 
 #include "runtime/program_code.h"
+#include "runtime/small_program_threads.h"
 
 namespace metafuse::runtime {
 
@@ -64,6 +65,7 @@ class Program {
   std::vector<Step> steps_;  // one per instruction
   std::vector<c10::IValue> initial_;  // the register file with constants
   std::shared_ptr<DeviceConstants> on_device_;
+  ProgramSize size_;  // what decides a run's thread count (small_program_threads.h)
 };
 
 }  // namespace metafuse::runtime
