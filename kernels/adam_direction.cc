@@ -8,11 +8,6 @@
 namespace metafuse {
 namespace {
 
-// ATen's elementwise grain: a tensor it would split over threads is split
-// here at the same size (each element's rounding does not depend on where
-// a chunk starts).
-constexpr int64_t kGrain = 32768;
-
 template <typename T>
 struct Scalars {
   T b1, one_minus_b1, b2, one_minus_b2, bc1, bc2, eps, eps_root;
@@ -78,8 +73,7 @@ bool AdamDirectionApplies(const at::Tensor& mu, const at::Tensor& nu,
   if (dtype != at::kFloat && dtype != at::kDouble) return false;
   for (const at::Tensor* t : {&mu, &nu, &g}) {
     if (!t->defined() || !PlainCpu(*t) || t->scalar_type() != dtype ||
-        t->layout() != at::kStrided || !t->is_contiguous() ||
-        t->numel() != g.numel()) {
+        !t->is_contiguous() || t->numel() != g.numel()) {
       return false;
     }
   }
@@ -94,12 +88,14 @@ at::Tensor AdamDirectionInPlace(at::Tensor& mu, at::Tensor& nu,
               "tensors of one floating dtype and size, apart in memory");
   at::Tensor out = at::empty_like(g, at::MemoryFormat::Contiguous);
   const int64_t n = g.numel();
+  // Split over threads at ATen's elementwise grain (each element's rounding
+  // does not depend on where a chunk starts).
   if (g.scalar_type() == at::kFloat) {
     const Scalars<float> c = Cast<float>(s);
     float *m = mu.data_ptr<float>(), *v = nu.data_ptr<float>(),
           *o = out.data_ptr<float>();
     const float* x = g.data_ptr<float>();
-    at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, n, at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
       LoopFloat(c, m + begin, v + begin, x + begin, o + begin, end - begin);
     });
   } else {
@@ -107,7 +103,7 @@ at::Tensor AdamDirectionInPlace(at::Tensor& mu, at::Tensor& nu,
     double *m = mu.data_ptr<double>(), *v = nu.data_ptr<double>(),
            *o = out.data_ptr<double>();
     const double* x = g.data_ptr<double>();
-    at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, n, at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
       LoopDouble(c, m + begin, v + begin, x + begin, o + begin, end - begin);
     });
   }

@@ -27,14 +27,20 @@ TransformState MomentsState(const char* name, const TensorList& params,
           {}};
 }
 
-// Adam's moments and direction as a chain of ATen ops (any dtype, device,
-// layout; differentiable when the tensors require grad).
+// mu_hat / (sqrt(second_hat + eps_root) + eps) in ATen ops (any dtype,
+// device, layout; differentiable when the tensors require grad).
+at::Tensor DirectionOfMoments(const at::Tensor& mu, const at::Tensor& second,
+                              const AdamDirectionScalars& s) {
+  at::Tensor denom = (second / s.bc2 + s.eps_root).sqrt() + s.eps;
+  return (mu / s.bc1) / denom;
+}
+
+// Adam's moments and direction as the chain of ATen ops.
 at::Tensor AdamDirectionByOps(at::Tensor& mu, at::Tensor& nu, const at::Tensor& g,
                               const AdamDirectionScalars& s, bool inplace) {
   Ema(mu, g, s.b1, inplace);
   EmaSquare(nu, g, s.b2, inplace);
-  at::Tensor denom = (nu / s.bc2 + s.eps_root).sqrt() + s.eps;
-  return (mu / s.bc1) / denom;
+  return DirectionOfMoments(mu, nu, s);
 }
 
 // Probe gradients without touching any random generator (the user's
@@ -123,19 +129,18 @@ class ScaleByAdamTx final : public GradientTransformation {
     TensorList out;
     out.reserve(updates.size());
     for (size_t i = 0; i < updates.size(); ++i) {
-      if (amsgrad_) {
-        Ema(mu[i], updates[i], b1_, inplace);
-        EmaSquare(nu[i], updates[i], b2_, inplace);
-        at::Tensor& nu_max = state.field("nu_max").tensors[i];
-        nu_max = inplace ? at::maximum_out(nu_max, nu_max, nu[i])
-                         : at::maximum(nu_max, nu[i]);
-        at::Tensor denom = (nu_max / bc2 + eps_root_).sqrt() + eps_;
-        out.push_back((mu[i] / bc1) / denom);
-      } else if (UseOneLoop(mu[i], nu[i], updates[i], inplace)) {
-        out.push_back(AdamDirectionInPlace(mu[i], nu[i], updates[i], s));
-      } else {
-        out.push_back(AdamDirectionByOps(mu[i], nu[i], updates[i], s, inplace));
+      if (!amsgrad_) {
+        out.push_back(UseOneLoop(mu[i], nu[i], updates[i], inplace)
+                          ? AdamDirectionInPlace(mu[i], nu[i], updates[i], s)
+                          : AdamDirectionByOps(mu[i], nu[i], updates[i], s, inplace));
+        continue;
       }
+      Ema(mu[i], updates[i], b1_, inplace);
+      EmaSquare(nu[i], updates[i], b2_, inplace);
+      at::Tensor& nu_max = state.field("nu_max").tensors[i];
+      nu_max = inplace ? at::maximum_out(nu_max, nu_max, nu[i])
+                       : at::maximum(nu_max, nu[i]);
+      out.push_back(DirectionOfMoments(mu[i], nu_max, s));
     }
     internal::AdvanceCount(state, inplace);
     return out;
