@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/convolution.h"
+#include "runtime/winograd_convolution.h"
 
 namespace {
 
@@ -49,15 +50,17 @@ int main() {
       {"layer 3, query (64 ch, 7x7)", {75, 64, 7, 7}, {64, 64, 3, 3}, 1, false},
       {"layer 4, query (64 ch, 3x3)", {75, 64, 3, 3}, {64, 64, 3, 3}, 1, false},
       {"layer 2, support (5 images)", {5, 64, 14, 14}, {64, 64, 3, 3}, 1, false},
+      {"layer 3, support (5 images)", {5, 64, 7, 7}, {64, 64, 3, 3}, 1, false},
       {"weight gradient of layer 2 (as conv)", {64, 75, 14, 14}, {64, 75, 14, 14}, 1, false},
       {"input gradient of layer 2 (transposed)", {75, 64, 14, 14}, {64, 64, 3, 3}, 1, true},
       {"input gradient of layer 3 (transposed)", {75, 64, 7, 7}, {64, 64, 3, 3}, 1, true},
+      {"input gradient of layer 2, support", {5, 64, 14, 14}, {64, 64, 3, 3}, 1, true},
       {"layer 2, 4 tasks batched (groups 4)", {75, 256, 14, 14}, {256, 64, 3, 3}, 1, false, 4},
       {"layer 1, 4 tasks batched (groups 4)", {75, 4, 28, 28}, {256, 1, 3, 3}, 1, false, 4},
       {"input gradient, 4 tasks (groups 4)", {75, 256, 14, 14}, {256, 64, 3, 3}, 1, true, 4},
   };
-  std::printf("%-42s %10s %10s %8s %s\n", "convolution", "ATen ms", "GEMM ms", "speed-up",
-              " programs use");
+  std::printf("%-42s %10s %10s %8s %13s %8s %s\n", "convolution", "ATen ms", "GEMM ms", "speed-up",
+              "Winograd ms", "speed-up", " programs use");
   for (const Shape& s : shapes) {
     const at::Tensor weight = at::randn(s.weight);
     const at::Tensor input = at::randn(s.input);
@@ -75,8 +78,32 @@ int main() {
           : metafuse::runtime::Conv2dByGemm(fresh(), weight, c10::nullopt, one, pad, one,
                                             s.groups);
     });
+    // Winograd: the convolution, or for an input gradient the convolution
+    // of the flipped kernel (runtime/convolution.cc's InputGradient).
+    using metafuse::runtime::WinogradTile;
+    const at::Tensor as_conv = s.transposed ? weight.transpose(0, 1).flip({2, 3}) : weight;
+    const std::vector<int64_t> conv_pad = s.transposed
+                                              ? std::vector<int64_t>{2 - s.padding, 2 - s.padding}
+                                              : pad;
+    const WinogradTile tile = metafuse::runtime::ChooseWinogradTile(input, as_conv, one, conv_pad,
+                                                                    one, s.groups);
+    double winograd = 0;
+    if (tile != WinogradTile::kNone) {
+      winograd = MedianMs([&] {
+        metafuse::runtime::Conv2dByWinograd(fresh(), as_conv, c10::nullopt, conv_pad, tile);
+      });
+    }
     const bool chosen = metafuse::runtime::PreferGemmConvolution(weight, s.groups, s.transposed);
-    std::printf("%-42s %10.2f %10.2f %7.2fx  %s\n", s.name, aten, gemm, aten / gemm,
-                chosen ? "GEMM" : "ATen");
+    const char* used = tile == WinogradTile::kF4   ? "Winograd F(4x4)"
+                       : tile == WinogradTile::kF2 ? "Winograd F(2x2)"
+                       : chosen                    ? "GEMM"
+                                                   : "ATen";
+    if (winograd > 0) {
+      std::printf("%-42s %10.2f %10.2f %7.2fx %13.2f %7.2fx  %s\n", s.name, aten, gemm,
+                  aten / gemm, winograd, aten / winograd, used);
+    } else {
+      std::printf("%-42s %10.2f %10.2f %7.2fx %13s %8s  %s\n", s.name, aten, gemm, aten / gemm,
+                  "-", "-", used);
+    }
   }
 }

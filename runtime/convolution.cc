@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/small_gemm.h"
+#include "runtime/winograd_convolution.h"
 
 namespace metafuse::runtime {
 namespace {
@@ -350,7 +351,7 @@ at::Tensor SwappedInputGradient(const at::Tensor& input, const at::Tensor& weigh
   const std::vector<int64_t> ones = {1, 1}, zeros = {0, 0};
   const at::Tensor swapped =
       IsInputGradientForm(dy, g, ones, zeros, 1, ones)
-          ? InputGradientByConvolutionBackward(dy, g, padding)
+          ? InputGradient(dy, g, padding)
           : ConvTranspose2dByGemm(dy, g, c10::nullopt, ones, padding, zeros, 1, ones);
   return swapped.transpose(0, 1);
 }
@@ -370,6 +371,23 @@ at::Tensor InputGradientByConvolutionBackward(const at::Tensor& input, const at:
                                         /*transposed=*/false, {0, 0}, /*groups=*/1,
                                         {true, false, false});
   return std::get<0>(grads);
+}
+
+at::Tensor InputGradient(const at::Tensor& input, const at::Tensor& weight,
+                         at::IntArrayRef padding) {
+  // conv_transpose2d(dy, w, padding p) with stride 1 is conv2d(dy, w',
+  // padding k - 1 - p), w' the kernel flipped with its channels swapped.
+  const std::vector<int64_t> ones = {1, 1};
+  if (weight.dim() == 4 && weight.size(2) == 3 && weight.size(3) == 3) {
+    const int64_t pad_w = padding.size() > 1 ? padding[1] : padding[0];
+    const std::vector<int64_t> flipped_padding = {2 - padding[0], 2 - pad_w};
+    const at::Tensor flipped = weight.transpose(0, 1).flip({2, 3});
+    const WinogradTile tile =
+        ChooseWinogradTile(input, flipped, ones, flipped_padding, ones, /*groups=*/1);
+    if (tile != WinogradTile::kNone)
+      return Conv2dByWinograd(input, flipped, c10::nullopt, flipped_padding, tile);
+  }
+  return InputGradientByConvolutionBackward(input, weight, padding);
 }
 
 torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Operation aten) {
@@ -399,7 +417,12 @@ torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Oper
       out = SwappedInputGradient(input, weight, padding);
     } else if (transposed && !has_bias &&
                IsInputGradientForm(input, weight, stride, fifth, groups, dilation)) {
-      out = InputGradientByConvolutionBackward(input, weight, padding);
+      out = InputGradient(input, weight, padding);
+    } else if (const WinogradTile tile =
+                   transposed ? WinogradTile::kNone
+                              : ChooseWinogradTile(input, weight, stride, padding, dilation, groups);
+               tile != WinogradTile::kNone) {
+      out = Conv2dByWinograd(input, weight, bias, padding, tile);
     } else if (!PreferGemmConvolution(weight, groups, transposed)) {
       aten(stack);
       return;

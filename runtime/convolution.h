@@ -65,6 +65,11 @@ bool IsInputGradientForm(const at::Tensor& input, const at::Tensor& weight,
                          at::IntArrayRef dilation);
 at::Tensor InputGradientByConvolutionBackward(const at::Tensor& input, const at::Tensor& weight,
                                               at::IntArrayRef padding);
+// That input gradient by the faster of the two kernels: a 3x3 one as the
+// Winograd convolution of the flipped kernel where ChooseWinogradTile picks
+// one (runtime/winograd_convolution.h), else convolution_backward's.
+at::Tensor InputGradient(const at::Tensor& input, const at::Tensor& weight,
+                         at::IntArrayRef padding);
 
 // The second-order term of the weight-gradient form (the meta-gradient
 // through an inner step reaching x): conv_transpose2d(g^T, dy^T) with g a

@@ -110,6 +110,12 @@ bool SameShape(const GemmShape& x, const GemmShape& y) {
 
 bool DirectBlasAvailable() { return FindBlas().sgemm != nullptr; }
 
+void RowMajorSgemm(int m, int n, int k, const float* a, const float* b, float* c) {
+  const Blas& blas = FindBlas();
+  TORCH_CHECK(blas.sgemm != nullptr, "metafuse: no BLAS sgemm_ is loaded in this process");
+  RowMajorGemm<float>(blas.sgemm, false, false, m, n, k, a, b, 0.f, c);
+}
+
 torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
   const bool ta = plan.trans_a, tb = plan.trans_b;
   // A third input is an accumulator: C = acc + op(A) op(B) (lower_matmul

@@ -19,4 +19,9 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan);
 // True if the BLAS routines were found (for tests and reports).
 bool DirectBlasAvailable();
 
+// Row-major dense C[m, n] = A[m, k] B[k, n] (float32) through that BLAS,
+// for runtime kernels built on products (runtime/winograd_convolution.cc);
+// only where DirectBlasAvailable().
+void RowMajorSgemm(int m, int n, int k, const float* a, const float* b, float* c);
+
 }  // namespace metafuse::runtime

@@ -53,3 +53,44 @@ def test_classifier_matches_eager(make_model, x_shape, optimizer):
         torch.testing.assert_close(fast[k], eager[k], rtol=1e-10, atol=1e-12)
     for a, b in zip(meta, expected):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_wide_float32_layers_run_winograd_and_match_a_float64_truth():
+    """16-channel 3x3 layers with enough output pixels that the runtime
+    computes them (and their input gradients) by Winograd's F(4x4) and F(2x2)
+    (runtime/winograd_convolution.h): the compiled float32 meta-gradient
+    stays as close to the float64 truth as eager float32's does."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(),      # 8 x 16 x 16: F(4x4)
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(),      # 8 x 8 x 8: F(2x2)
+        torch.nn.Flatten(), torch.nn.Linear(16 * 8 * 8, 3))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 3, 16, 16, generator=g)
+    y = torch.randint(0, 3, (8,), generator=g)
+
+    def loss_fn(p, x, y):
+        return torch.nn.functional.cross_entropy(mf.functional_call(model, p, x), y)
+
+    def meta_gradient(dtype, compiled):
+        params = {k: v.detach().to(dtype).clone().requires_grad_()
+                  for k, v in model.named_parameters()}
+        adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.05), steps=2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CompilationFallbackWarning)
+            fast = adapt(params, x.to(dtype), y) if compiled else adapt._eager(
+                params, (x.to(dtype), y))
+        loss = loss_fn(fast, x.to(dtype), y)
+        return torch.cat([g.flatten().double()
+                          for g in torch.autograd.grad(loss, list(params.values()))])
+
+    truth = meta_gradient(F64, compiled=False)
+    compiled = meta_gradient(torch.float32, compiled=True)
+    eager = meta_gradient(torch.float32, compiled=False)
+    scale = truth.abs().max()
+    compiled_error = float((compiled - truth).abs().max() / scale)
+    eager_error = float((eager - truth).abs().max() / scale)
+    assert compiled_error < 1e-4, (compiled_error, eager_error)
+    assert compiled_error < 20 * max(eager_error, 1e-7), (compiled_error, eager_error)

@@ -1,0 +1,103 @@
+// runtime/winograd_convolution against ATen's conv2d in float64 on the same
+// float32 inputs: both tiles, every padding it takes, odd sizes (partial
+// tiles), bias, several image blocks; the tile rule; and the refusals.
+#include "runtime/winograd_convolution.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/convolution.h"
+
+namespace metafuse::runtime {
+namespace {
+
+// Largest error relative to the largest output of the float64 reference.
+double RelativeError(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& b,
+                     std::vector<int64_t> padding, WinogradTile tile) {
+  const at::Tensor got = Conv2dByWinograd(x, w, b, padding, tile);
+  const c10::optional<at::Tensor> b64 =
+      b.has_value() ? c10::optional<at::Tensor>(b->to(at::kDouble)) : c10::nullopt;
+  const at::Tensor want =
+      at::conv2d(x.to(at::kDouble), w.to(at::kDouble), b64, {1, 1}, padding, {1, 1}, 1);
+  EXPECT_EQ(got.sizes(), want.sizes());
+  EXPECT_TRUE(got.is_contiguous());
+  return ((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>();
+}
+
+TEST(WinogradConvolution, MatchesTheDirectConvolution) {
+  at::manual_seed(0);
+  struct Case {
+    std::vector<int64_t> input;
+    int64_t out_channels;
+    std::vector<int64_t> padding;
+    bool bias;
+  };
+  const Case cases[] = {
+      {{3, 16, 14, 14}, 24, {1, 1}, true},   // whole tiles for F(2x2), partial for F(4x4)
+      {{2, 8, 7, 9}, 5, {1, 1}, false},      // odd sizes, few channels
+      {{1, 4, 5, 6}, 3, {0, 0}, true},       // no padding
+      {{2, 3, 6, 5}, 7, {2, 2}, false},      // full padding
+      {{1, 5, 8, 8}, 4, {0, 2}, true},       // different per axis
+      {{70, 6, 3, 3}, 6, {1, 1}, true},      // one tile per image, many image blocks
+      {{9, 17, 11, 13}, 19, {1, 1}, false},  // channels not a multiple of the vector width
+  };
+  for (const Case& c : cases) {
+    const at::Tensor x = at::randn(c.input);
+    const at::Tensor w = at::randn({c.out_channels, c.input[1], 3, 3});
+    const c10::optional<at::Tensor> b =
+        c.bias ? c10::optional<at::Tensor>(at::randn({c.out_channels})) : c10::nullopt;
+    const std::string what = c10::str(c.input, " -> ", c.out_channels, " padding ", c.padding);
+    EXPECT_LT(RelativeError(x, w, b, c.padding, WinogradTile::kF2), 1e-6) << what << " F(2x2)";
+    EXPECT_LT(RelativeError(x, w, b, c.padding, WinogradTile::kF4), 3e-5) << what << " F(4x4)";
+  }
+}
+
+TEST(WinogradConvolution, TheInputGradientEqualsTheTransposedConvolution) {
+  // conv_transpose2d(dy, w) at stride 1 through the flipped kernel: the
+  // shapes of the Omniglot net's 14x14 layer (Winograd is chosen there).
+  at::manual_seed(1);
+  const at::Tensor dy = at::randn({75, 64, 14, 14}), w = at::randn({64, 64, 3, 3});
+  const std::vector<int64_t> ones = {1, 1}, pad = {1, 1};
+  ASSERT_NE(ChooseWinogradTile(dy, w.transpose(0, 1).flip({2, 3}), ones, pad, ones, 1),
+            WinogradTile::kNone);
+  const at::Tensor got = InputGradient(dy, w, pad);
+  const at::Tensor want =
+      at::conv_transpose2d(dy.to(at::kDouble), w.to(at::kDouble), {}, ones, pad, {0, 0}, 1, ones);
+  EXPECT_LT(((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>(), 3e-5);
+}
+
+TEST(WinogradConvolution, TheRuleTakesWideLayersWithManyOutputs) {
+  const std::vector<int64_t> ones = {1, 1}, pad = {1, 1};
+  const at::Tensor w = at::empty({64, 64, 3, 3});
+  auto tile = [&](std::vector<int64_t> input, const at::Tensor& weight) {
+    return ChooseWinogradTile(at::empty(input), weight, ones, pad, ones, 1);
+  };
+  EXPECT_EQ(tile({75, 64, 14, 14}, w), WinogradTile::kF4);
+  EXPECT_EQ(tile({75, 64, 7, 7}, w), WinogradTile::kF4);
+  EXPECT_EQ(tile({5, 64, 14, 14}, w), WinogradTile::kF2);
+  EXPECT_EQ(tile({5, 64, 7, 7}, w), WinogradTile::kNone);    // too few outputs
+  EXPECT_EQ(tile({75, 64, 3, 3}, w), WinogradTile::kNone);   // 3x3 outputs
+  EXPECT_EQ(tile({75, 1, 28, 28}, at::empty({64, 1, 3, 3})), WinogradTile::kNone);  // narrow
+}
+
+TEST(WinogradConvolution, RefusesWhatItCannotCompute) {
+  const std::vector<int64_t> ones = {1, 1}, pad = {1, 1}, twos = {2, 2};
+  const at::Tensor x = at::empty({2, 16, 8, 8}), w = at::empty({16, 16, 3, 3});
+  EXPECT_TRUE(WinogradApplies(x, w, ones, pad, ones, 1));
+  EXPECT_FALSE(WinogradApplies(x.to(at::kDouble), w.to(at::kDouble), ones, pad, ones, 1));
+  EXPECT_FALSE(WinogradApplies(x, w, twos, pad, ones, 1));                        // stride
+  EXPECT_FALSE(WinogradApplies(x, w, ones, pad, twos, 1));                        // dilation
+  EXPECT_FALSE(WinogradApplies(x, at::empty({16, 8, 3, 3}), ones, pad, ones, 2));  // groups
+  EXPECT_FALSE(WinogradApplies(x, at::empty({16, 16, 5, 5}), ones, pad, ones, 1));  // 5x5
+  EXPECT_FALSE(WinogradApplies(x, w, ones, {3, 3}, ones, 1));                     // padding
+  EXPECT_THROW(Conv2dByWinograd(x, at::empty({16, 16, 5, 5}), c10::nullopt, pad,
+                                WinogradTile::kF2),
+               c10::Error);
+  EXPECT_THROW(Conv2dByWinograd(x, w, at::empty({3}), pad, WinogradTile::kF2), c10::Error);
+}
+
+}  // namespace
+}  // namespace metafuse::runtime
