@@ -1,8 +1,10 @@
 // runtime/convolution (GEMMs of packed patches) against ATen's conv2d and
 // conv_transpose2d on the shapes of the Omniglot conv-net MAML meta-step
-// (bench/sweep.py's conv model: 75 query / 5 support images, 64 channels)
-// and of its derivatives, one thread, fresh input tensors every call (as a
-// program gives them), median of 7 after one warm-up call.
+// (bench/sweep.py's conv model: 75 query / 5 support images, 64 channels;
+// its ResNet block's 16 channels) and of its derivatives, with the Winograd
+// convolutions where ChooseWinogradTile takes them; one thread, fresh input
+// tensors every call (as a program gives them), median of 7 after one
+// warm-up call.
 //   bazel run //bench:conv_bench
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -55,6 +57,10 @@ int main() {
       {"input gradient of layer 2 (transposed)", {75, 64, 14, 14}, {64, 64, 3, 3}, 1, true},
       {"input gradient of layer 3 (transposed)", {75, 64, 7, 7}, {64, 64, 3, 3}, 1, true},
       {"input gradient of layer 2, support", {5, 64, 14, 14}, {64, 64, 3, 3}, 1, true},
+      {"ResNet block, query (25 x 16 ch, 16x16)", {25, 16, 16, 16}, {16, 16, 3, 3}, 1, false},
+      {"ResNet block input gradient, query", {25, 16, 16, 16}, {16, 16, 3, 3}, 1, true},
+      {"ResNet block, support (5 images)", {5, 16, 16, 16}, {16, 16, 3, 3}, 1, false},
+      {"32 channels, 25 images of 16x16", {25, 32, 16, 16}, {32, 32, 3, 3}, 1, false},
       {"layer 2, 4 tasks batched (groups 4)", {75, 256, 14, 14}, {256, 64, 3, 3}, 1, false, 4},
       {"layer 1, 4 tasks batched (groups 4)", {75, 4, 28, 28}, {256, 1, 3, 3}, 1, false, 4},
       {"input gradient, 4 tasks (groups 4)", {75, 256, 14, 14}, {256, 64, 3, 3}, 1, true, 4},
@@ -71,6 +77,14 @@ int main() {
       s.transposed ? at::conv_transpose2d(fresh(), weight, {}, one, pad, none, s.groups, one)
                    : at::conv2d(fresh(), weight, {}, one, pad, one, s.groups);
     });
+    // What programs ran input gradients on before Winograd: oneDNN's
+    // backward-data kernel through convolution_backward.
+    const bool backward_data = s.transposed && s.groups == 1;
+    const double onednn_backward =
+        backward_data ? MedianMs([&] {
+          metafuse::runtime::InputGradientByConvolutionBackward(fresh(), weight, pad);
+        })
+                      : 0;
     const double gemm = MedianMs([&] {
       s.transposed
           ? metafuse::runtime::ConvTranspose2dByGemm(fresh(), weight, c10::nullopt, one, pad,
@@ -99,8 +113,15 @@ int main() {
                        : chosen                    ? "GEMM"
                                                    : "ATen";
     if (winograd > 0) {
-      std::printf("%-42s %10.2f %10.2f %7.2fx %13.2f %7.2fx  %s\n", s.name, aten, gemm,
-                  aten / gemm, winograd, aten / winograd, used);
+      // Against the kernel the program would run otherwise.
+      const double before = backward_data ? onednn_backward : aten;
+      char baseline[64] = "";
+      if (backward_data) {
+        std::snprintf(baseline, sizeof baseline, " (vs convolution_backward %.2f ms)",
+                      onednn_backward);
+      }
+      std::printf("%-42s %10.2f %10.2f %7.2fx %13.2f %7.2fx  %s%s\n", s.name, aten, gemm,
+                  aten / gemm, winograd, before / winograd, used, baseline);
     } else {
       std::printf("%-42s %10.2f %10.2f %7.2fx %13s %8s  %s\n", s.name, aten, gemm, aten / gemm,
                   "-", "-", used);

@@ -37,6 +37,7 @@ TEST(WinogradConvolution, MatchesTheDirectConvolution) {
   };
   const Case cases[] = {
       {{3, 16, 14, 14}, 24, {1, 1}, true},   // whole tiles for F(2x2), partial for F(4x4)
+      {{16, 32, 14, 14}, 32, {1, 1}, true},  // several image blocks of 64 tiles
       {{2, 8, 7, 9}, 5, {1, 1}, false},      // odd sizes, few channels
       {{1, 4, 5, 6}, 3, {0, 0}, true},       // no padding
       {{2, 3, 6, 5}, 7, {2, 2}, false},      // full padding
@@ -44,15 +45,22 @@ TEST(WinogradConvolution, MatchesTheDirectConvolution) {
       {{70, 6, 3, 3}, 6, {1, 1}, true},      // one tile per image, many image blocks
       {{9, 17, 11, 13}, 19, {1, 1}, false},  // channels not a multiple of the vector width
   };
+  // Two threads: the image blocks run in parallel and their GEMMs go to
+  // runtime/small_gemm instead of the BLAS.
+  for (const int threads : {1, 2}) {
+  at::set_num_threads(threads);
   for (const Case& c : cases) {
     const at::Tensor x = at::randn(c.input);
     const at::Tensor w = at::randn({c.out_channels, c.input[1], 3, 3});
     const c10::optional<at::Tensor> b =
         c.bias ? c10::optional<at::Tensor>(at::randn({c.out_channels})) : c10::nullopt;
-    const std::string what = c10::str(c.input, " -> ", c.out_channels, " padding ", c.padding);
+    const std::string what = c10::str(c.input, " -> ", c.out_channels, " padding ", c.padding,
+                                      ", ", threads, " thread(s)");
     EXPECT_LT(RelativeError(x, w, b, c.padding, WinogradTile::kF2), 1e-6) << what << " F(2x2)";
     EXPECT_LT(RelativeError(x, w, b, c.padding, WinogradTile::kF4), 3e-5) << what << " F(4x4)";
   }
+  }
+  at::set_num_threads(1);
 }
 
 TEST(WinogradConvolution, TheInputGradientEqualsTheTransposedConvolution) {
@@ -81,6 +89,7 @@ TEST(WinogradConvolution, TheRuleTakesWideLayersWithManyOutputs) {
   EXPECT_EQ(tile({5, 64, 7, 7}, w), WinogradTile::kNone);    // too few outputs
   EXPECT_EQ(tile({75, 64, 3, 3}, w), WinogradTile::kNone);   // 3x3 outputs
   EXPECT_EQ(tile({75, 1, 28, 28}, at::empty({64, 1, 3, 3})), WinogradTile::kNone);  // narrow
+  EXPECT_EQ(tile({25, 16, 16, 16}, at::empty({16, 16, 3, 3})), WinogradTile::kNone);  // 16 ch
 }
 
 TEST(WinogradConvolution, RefusesWhatItCannotCompute) {
