@@ -54,6 +54,8 @@ int main() {
       {"layer 2, support (5 images)", {5, 64, 14, 14}, {64, 64, 3, 3}, 1, false},
       {"layer 3, support (5 images)", {5, 64, 7, 7}, {64, 64, 3, 3}, 1, false},
       {"weight gradient of layer 2 (as conv)", {64, 75, 14, 14}, {64, 75, 14, 14}, 1, false},
+      {"weight gradient of layer 3 (as conv)", {64, 75, 7, 7}, {64, 75, 7, 7}, 1, false},
+      {"weight gradient of layer 2, support", {64, 5, 14, 14}, {64, 5, 14, 14}, 1, false},
       {"input gradient of layer 2 (transposed)", {75, 64, 14, 14}, {64, 64, 3, 3}, 1, true},
       {"input gradient of layer 3 (transposed)", {75, 64, 7, 7}, {64, 64, 3, 3}, 1, true},
       {"input gradient of layer 2, support", {5, 64, 14, 14}, {64, 64, 3, 3}, 1, true},
@@ -68,10 +70,19 @@ int main() {
   std::printf("%-42s %10s %10s %8s %13s %8s %s\n", "convolution", "ATen ms", "GEMM ms", "speed-up",
               "Winograd ms", "speed-up", " programs use");
   for (const Shape& s : shapes) {
-    const at::Tensor weight = at::randn(s.weight);
-    const at::Tensor input = at::randn(s.input);
+    // An image-sized kernel is a weight gradient: x^T and dy^T as the
+    // derivative rules pass them, views of contiguous [N, C, H, W] tensors.
+    const bool image_sized = s.weight[2] == s.input[2] && s.weight[3] == s.input[3];
+    auto make = [&](const std::vector<int64_t>& shape) {
+      if (!image_sized) return at::randn(shape);
+      return at::randn({shape[1], shape[0], shape[2], shape[3]}).transpose(0, 1);
+    };
+    const at::Tensor weight = make(s.weight);
+    const at::Tensor input = make(s.input);
     // A fresh input every call, as a program's instructions produce them.
-    auto fresh = [&] { return input.clone(); };
+    auto fresh = [&] {
+      return image_sized ? input.transpose(0, 1).clone().transpose(0, 1) : input.clone();
+    };
     const std::vector<int64_t> one = {1, 1}, pad = {s.padding, s.padding}, none = {0, 0};
     const double aten = MedianMs([&] {
       s.transposed ? at::conv_transpose2d(fresh(), weight, {}, one, pad, none, s.groups, one)
@@ -102,23 +113,45 @@ int main() {
     const WinogradTile tile = metafuse::runtime::ChooseWinogradTile(input, as_conv, one, conv_pad,
                                                                     one, s.groups);
     double winograd = 0;
-    if (tile != WinogradTile::kNone) {
+    // A weight gradient in the derivative rules' form (x^T, dy^T): Winograd's
+    // weight gradient against oneDNN's backward-weights kernel.
+    const bool weight_gradient =
+        !s.transposed &&
+        metafuse::runtime::IsWeightGradientForm(input, weight, one, one, s.groups);
+    double onednn_weights = 0;
+    WinogradTile gradient_tile = WinogradTile::kNone;
+    if (weight_gradient) {
+      const at::Tensor x = input.transpose(0, 1).contiguous();
+      const at::Tensor dy = weight.transpose(0, 1).contiguous();
+      gradient_tile = metafuse::runtime::ChooseWinogradWeightGradientTile(x, dy, pad);
+      onednn_weights = MedianMs([&] {
+        metafuse::runtime::WeightGradientByConvolutionBackward(fresh(), weight, pad);
+      });
+      if (gradient_tile != WinogradTile::kNone) {
+        winograd = MedianMs([&] {
+          metafuse::runtime::WeightGradientByWinograd(x.clone(), dy, pad, gradient_tile);
+        });
+      }
+    }
+    if (tile != WinogradTile::kNone && !weight_gradient) {
       winograd = MedianMs([&] {
         metafuse::runtime::Conv2dByWinograd(fresh(), as_conv, c10::nullopt, conv_pad, tile);
       });
     }
     const bool chosen = metafuse::runtime::PreferGemmConvolution(weight, s.groups, s.transposed);
-    const char* used = tile == WinogradTile::kF4   ? "Winograd F(4x4)"
-                       : tile == WinogradTile::kF2 ? "Winograd F(2x2)"
+    const WinogradTile shown = weight_gradient ? gradient_tile : tile;
+    const char* used = shown == WinogradTile::kF4   ? "Winograd F(4x4)"
+                       : shown == WinogradTile::kF2 ? "Winograd F(2x2)"
                        : chosen                    ? "GEMM"
                                                    : "ATen";
     if (winograd > 0) {
       // Against the kernel the program would run otherwise.
-      const double before = backward_data ? onednn_backward : aten;
+      const double before =
+          backward_data ? onednn_backward : weight_gradient ? onednn_weights : aten;
       char baseline[64] = "";
-      if (backward_data) {
+      if (backward_data || weight_gradient) {
         std::snprintf(baseline, sizeof baseline, " (vs convolution_backward %.2f ms)",
-                      onednn_backward);
+                      backward_data ? onednn_backward : onednn_weights);
       }
       std::printf("%-42s %10.2f %10.2f %7.2fx %13.2f %7.2fx  %s%s\n", s.name, aten, gemm,
                   aten / gemm, winograd, before / winograd, used, baseline);

@@ -327,6 +327,15 @@ at::Tensor WeightGradientByConvolutionBackward(const at::Tensor& input,
   return std::get<1>(grads).transpose(0, 1);
 }
 
+at::Tensor WeightGradient(const at::Tensor& input, const at::Tensor& weight,
+                          at::IntArrayRef padding) {
+  const at::Tensor x = input.transpose(0, 1), dy = weight.transpose(0, 1);  // contiguous
+  const WinogradTile tile = ChooseWinogradWeightGradientTile(x, dy, padding);
+  if (tile != WinogradTile::kNone)
+    return WeightGradientByWinograd(x, dy, padding, tile).transpose(0, 1);
+  return WeightGradientByConvolutionBackward(input, weight, padding);
+}
+
 bool IsInputGradientForm(const at::Tensor& input, const at::Tensor& weight,
                          at::IntArrayRef stride, at::IntArrayRef output_padding, int64_t groups,
                          at::IntArrayRef dilation) {
@@ -411,7 +420,7 @@ torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Oper
     const bool has_bias = bias.has_value() && bias->defined();
     at::Tensor out;
     if (!transposed && !has_bias && IsWeightGradientForm(input, weight, stride, dilation, groups)) {
-      out = WeightGradientByConvolutionBackward(input, weight, padding);
+      out = WeightGradient(input, weight, padding);
     } else if (transposed && !has_bias &&
                IsSwappedInputGradientForm(input, weight, stride, fifth, groups, dilation)) {
       out = SwappedInputGradient(input, weight, padding);

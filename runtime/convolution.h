@@ -54,6 +54,11 @@ bool IsWeightGradientForm(const at::Tensor& input, const at::Tensor& weight,
 at::Tensor WeightGradientByConvolutionBackward(const at::Tensor& input,
                                                const at::Tensor& weight,
                                                at::IntArrayRef padding);
+// That weight gradient by the faster kernel: for a 3x3 kernel Winograd's
+// where ChooseWinogradWeightGradientTile picks a tile
+// (runtime/winograd_convolution.h), else convolution_backward's.
+at::Tensor WeightGradient(const at::Tensor& input, const at::Tensor& weight,
+                          at::IntArrayRef padding);
 
 // An input gradient: conv_transpose2d(dy, w) with stride 1, dilation 1, no
 // output padding, one group, float32 where ATen has oneDNN: ATen's

@@ -110,10 +110,11 @@ bool SameShape(const GemmShape& x, const GemmShape& y) {
 
 bool DirectBlasAvailable() { return FindBlas().sgemm != nullptr; }
 
-void RowMajorSgemm(int m, int n, int k, const float* a, const float* b, float* c) {
+void RowMajorSgemm(bool trans_a, int m, int n, int k, const float* a, const float* b, float beta,
+                   float* c) {
   const Blas& blas = FindBlas();
   TORCH_CHECK(blas.sgemm != nullptr, "metafuse: no BLAS sgemm_ is loaded in this process");
-  RowMajorGemm<float>(blas.sgemm, false, false, m, n, k, a, b, 0.f, c);
+  RowMajorGemm<float>(blas.sgemm, trans_a, false, m, n, k, a, b, beta, c);
 }
 
 torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {

@@ -19,9 +19,12 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan);
 // True if the BLAS routines were found (for tests and reports).
 bool DirectBlasAvailable();
 
-// Row-major dense C[m, n] = A[m, k] B[k, n] (float32) through that BLAS,
-// for runtime kernels built on products (runtime/winograd_convolution.cc);
-// only where DirectBlasAvailable().
-void RowMajorSgemm(int m, int n, int k, const float* a, const float* b, float* c);
+// Row-major dense C[m, n] = op(A) B + beta C (float32; op(A) = A [m, k],
+// or with trans_a A^T of A [k, m]) through that BLAS, for runtime kernels
+// built on products (runtime/winograd_convolution.cc); only where
+// DirectBlasAvailable(), and never from two threads at once (Debian's
+// serial OpenBLAS shares its work buffers between calls).
+void RowMajorSgemm(bool trans_a, int m, int n, int k, const float* a, const float* b, float beta,
+                   float* c);
 
 }  // namespace metafuse::runtime

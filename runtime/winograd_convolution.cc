@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,21 @@ template <>
 struct Transform<2> {
   static constexpr int kAlpha = 4;
   static constexpr float kG[4][3] = {{1, 0, 0}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0, 0, 1}};
+  // (A dy): the output gradient's m values to alpha points (the transpose
+  // of Output), for weight gradients.
+  __attribute__((always_inline)) static inline void Gradient(const float* const* d,
+                                                             float* const* o, int n) {
+    const float *__restrict__ d0 = d[0], *__restrict__ d1 = d[1];
+    float *__restrict__ o0 = o[0], *__restrict__ o1 = o[1], *__restrict__ o2 = o[2],
+                           *__restrict__ o3 = o[3];
+#pragma GCC ivdep
+    for (int c = 0; c < n; ++c) {
+      o0[c] = d0[c];
+      o1[c] = d0[c] + d1[c];
+      o2[c] = d0[c] - d1[c];
+      o3[c] = -d1[c];
+    }
+  }
   __attribute__((always_inline)) static inline void Input(const float* const* d, float* const* o,
                                                           int n) {
     const float *__restrict__ d0 = d[0], *__restrict__ d1 = d[1], *__restrict__ d2 = d[2],
@@ -81,6 +97,25 @@ struct Transform<4> {
                                      {1.f / 24, 1.f / 12, 1.f / 6},
                                      {1.f / 24, -1.f / 12, 1.f / 6},
                                      {0, 0, 1}};
+  __attribute__((always_inline)) static inline void Gradient(const float* const* d,
+                                                             float* const* o, int n) {
+    const float *__restrict__ d0 = d[0], *__restrict__ d1 = d[1], *__restrict__ d2 = d[2],
+                                 *__restrict__ d3 = d[3];
+    float *__restrict__ o0 = o[0], *__restrict__ o1 = o[1], *__restrict__ o2 = o[2],
+                           *__restrict__ o3 = o[3], *__restrict__ o4 = o[4],
+                           *__restrict__ o5 = o[5];
+#pragma GCC ivdep
+    for (int c = 0; c < n; ++c) {
+      const float even = d0[c] + d2[c], odd = d1[c] + d3[c];
+      const float even4 = d0[c] + 4 * d2[c], odd8 = 2 * d1[c] + 8 * d3[c];
+      o0[c] = d0[c];
+      o1[c] = even + odd;
+      o2[c] = even - odd;
+      o3[c] = even4 + odd8;
+      o4[c] = even4 - odd8;
+      o5[c] = d3[c];
+    }
+  }
   __attribute__((always_inline)) static inline void Input(const float* const* d, float* const* o,
                                                           int n) {
     const float *__restrict__ d0 = d[0], *__restrict__ d1 = d[1], *__restrict__ d2 = d[2],
@@ -166,42 +201,36 @@ std::vector<float> TransformWeights(const at::Tensor& weight) {
   return u;
 }
 
-// Images [n0, n0 + images) of the convolution: NCHW input to an NHWC copy,
-// its tiles to the transformed points, one GEMM per point, the products
-// back to output tiles (NHWC), and those into the NCHW output with the bias.
-// `concurrent`: other threads may be in the BLAS at the same time; Debian's
-// serial OpenBLAS shares its work buffers between calls, so the GEMMs go to
-// runtime/small_gemm (per-thread scratch) instead.
-template <int M>
-__attribute__((always_inline)) inline void RunBlock(const Geometry& g, const float* x,
-                                                    const float* u, const float* bias, float* y,
-                                                    int n0, int images, bool concurrent,
-                                                    Scratch& s) {
-  using T = Transform<M>;
-  constexpr int kA = T::kAlpha, kPoints = kA * kA;
-  const int C = g.c, K = g.k, H = g.h, W = g.w, plane = H * W;
-  const int per_image = g.tiles_h * g.tiles_w, tiles = images * per_image;
-  const int rows = g.tiles_h * M, cols = g.tiles_w * M;  // the output tiles' cover
-  s.image.resize(size_t(images) * plane * C);
-  s.result.resize(size_t(images) * rows * cols * K);
-  s.points.resize(size_t(kPoints) * tiles * C);
-  s.products.resize(size_t(kPoints) * tiles * K);
-  s.rows.resize(size_t(kPoints) * std::max(C, K));
-  s.zeros.assign(C, 0.f);
-
-  for (int i = 0; i < images; ++i) {  // NCHW -> NHWC, 16 x 16 blocks
-    const float* src = x + size_t(n0 + i) * C * plane;
-    float* dst = s.image.data() + size_t(i) * plane * C;
-    for (int p0 = 0; p0 < plane; p0 += 16)
-      for (int c0 = 0; c0 < C; c0 += 16) {
-        const int p1 = std::min(p0 + 16, plane), c1 = std::min(c0 + 16, C);
-        for (int p = p0; p < p1; ++p)
+// NCHW images to NHWC, each image placed in a cover_h x cover_w frame whose
+// margin beyond h x w is zero (the partial tiles at the bottom and right).
+__attribute__((always_inline)) inline void ToNhwc(const float* src, int images, int channels,
+                                                  int h, int w, int cover_h, int cover_w,
+                                                  float* dst) {
+  const int plane = h * w;
+  for (int i = 0; i < images; ++i) {
+    const float* in = src + size_t(i) * channels * plane;
+    float* out = dst + size_t(i) * cover_h * cover_w * channels;
+    if (cover_h != h || cover_w != w)
+      std::fill(out, out + size_t(cover_h) * cover_w * channels, 0.f);
+    for (int p0 = 0; p0 < plane; p0 += 16)  // 16 x 16 blocks
+      for (int c0 = 0; c0 < channels; c0 += 16) {
+        const int p1 = std::min(p0 + 16, plane), c1 = std::min(c0 + 16, channels);
+        for (int p = p0; p < p1; ++p) {
+          float* row = out + (size_t(p / w) * cover_w + p % w) * channels;
 #pragma GCC ivdep
-          for (int c = c0; c < c1; ++c) dst[size_t(p) * C + c] = src[size_t(c) * plane + p];
+          for (int c = c0; c < c1; ++c) row[c] = in[size_t(c) * plane + p];
+        }
       }
   }
+}
 
-  for (int t = 0; t < tiles; ++t) {  // input tiles -> points[xi][t][c]
+// The input tiles of a block (s.image, NHWC) to points[xi][t][c].
+template <int M>
+__attribute__((always_inline)) inline void InputTiles(const Geometry& g, int tiles, Scratch& s) {
+  using T = Transform<M>;
+  constexpr int kA = T::kAlpha;
+  const int C = g.c, H = g.h, W = g.w, per_image = g.tiles_h * g.tiles_w;
+  for (int t = 0; t < tiles; ++t) {
     const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
     const int r0 = ty * M - g.pad_h, c0 = tx * M - g.pad_w;
     float* tmp = s.rows.data();
@@ -228,15 +257,49 @@ __attribute__((always_inline)) inline void RunBlock(const Geometry& g, const flo
       T::Input(d, o, C);
     }
   }
+}
+
+// C = op(A) B + beta C. `concurrent`: other threads may be in the BLAS at
+// the same time; Debian's serial OpenBLAS shares its work buffers between
+// calls, so the product goes to runtime/small_gemm (per-thread scratch).
+inline void Product(bool concurrent, bool trans_a, int m, int n, int k, const float* a,
+                    const float* b, float beta, float* c) {
+  if (concurrent) {
+    SmallGemm(trans_a, false, m, n, k, a, b, beta, c);
+  } else {
+    RowMajorSgemm(trans_a, m, n, k, a, b, beta, c);
+  }
+}
+
+void Reserve(Scratch& s, int points, int tiles, size_t image, size_t result, int c, int k) {
+  s.image.resize(image);
+  s.result.resize(result);
+  s.points.resize(size_t(points) * tiles * c);
+  s.products.resize(size_t(points) * tiles * k);
+  s.rows.resize(size_t(points) * std::max(c, k));
+  s.zeros.assign(c, 0.f);
+}
+
+// Images [n0, n0 + images) of the convolution: NCHW input to an NHWC copy,
+// its tiles to the transformed points, one GEMM per point, the products
+// back to output tiles (NHWC), and those into the NCHW output with the bias.
+template <int M>
+__attribute__((always_inline)) inline void RunBlock(const Geometry& g, const float* x,
+                                                    const float* u, const float* bias, float* y,
+                                                    int n0, int images, bool concurrent,
+                                                    Scratch& s) {
+  using T = Transform<M>;
+  constexpr int kA = T::kAlpha, kPoints = kA * kA;
+  const int C = g.c, K = g.k, H = g.h, W = g.w;
+  const int per_image = g.tiles_h * g.tiles_w, tiles = images * per_image;
+  const int rows = g.tiles_h * M, cols = g.tiles_w * M;  // the output tiles' cover
+  Reserve(s, kPoints, tiles, size_t(images) * H * W * C, size_t(images) * rows * cols * K, C, K);
+  ToNhwc(x + size_t(n0) * C * H * W, images, C, H, W, H, W, s.image.data());
+  InputTiles<M>(g, tiles, s);
 
   for (int xi = 0; xi < kPoints; ++xi) {  // products[xi] = points[xi] u[xi]
-    const float* a = s.points.data() + size_t(xi) * tiles * C;
-    float* c = s.products.data() + size_t(xi) * tiles * K;
-    if (concurrent) {
-      SmallGemm(false, false, tiles, K, C, a, u + size_t(xi) * C * K, 0.f, c);
-    } else {
-      RowMajorSgemm(tiles, K, C, a, u + size_t(xi) * C * K, c);
-    }
+    Product(concurrent, false, tiles, K, C, s.points.data() + size_t(xi) * tiles * C,
+            u + size_t(xi) * C * K, 0.f, s.products.data() + size_t(xi) * tiles * K);
   }
 
   for (int t = 0; t < tiles; ++t) {  // products -> output tiles (NHWC)
@@ -275,30 +338,165 @@ __attribute__((always_inline)) inline void RunBlock(const Geometry& g, const flo
   }
 }
 
-// Built for AVX-512, AVX2 and the baseline; the loader picks one.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void RunBlockF2(
-    const Geometry& g, const float* x, const float* u, const float* bias, float* y, int n0,
-    int images, bool concurrent, Scratch& s) {
-  RunBlock<2>(g, x, u, bias, y, n0, images, concurrent, s);
+// Images [n0, n0 + images) of a weight gradient: by the transposition of
+// F(m, 3), dW = G^T [(A dy A^T) . (B^T x B)] G summed over the tiles, so per
+// point acc[xi] (K x C) += gradients[xi]^T points[xi], the tiles being the
+// GEMMs' inner dimension. The output gradient's tiles go to
+// s.products[xi][t][k] (zero past its edge).
+template <int M>
+__attribute__((always_inline)) inline void GradientBlock(const Geometry& g, const float* x,
+                                                         const float* dy, float* acc, int n0,
+                                                         int images, bool concurrent,
+                                                         Scratch& s) {
+  using T = Transform<M>;
+  constexpr int kA = T::kAlpha, kPoints = kA * kA;
+  const int C = g.c, K = g.k, H = g.h, W = g.w;
+  const int per_image = g.tiles_h * g.tiles_w, tiles = images * per_image;
+  const int rows = g.tiles_h * M, cols = g.tiles_w * M;
+  Reserve(s, kPoints, tiles, size_t(images) * H * W * C, size_t(images) * rows * cols * K, C, K);
+  ToNhwc(x + size_t(n0) * C * H * W, images, C, H, W, H, W, s.image.data());
+  ToNhwc(dy + size_t(n0) * K * g.out_h * g.out_w, images, K, g.out_h, g.out_w, rows, cols,
+         s.result.data());
+  InputTiles<M>(g, tiles, s);
+
+  for (int t = 0; t < tiles; ++t) {  // dy tiles -> products[xi][t][k]
+    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
+    float* tmp = s.rows.data();  // [alpha][M][K]
+    for (int j = 0; j < M; ++j) {
+      const float* d[M];
+      float* o[kA];
+      for (int i = 0; i < M; ++i)
+        d[i] = s.result.data() + ((size_t(img) * rows + ty * M + i) * cols + tx * M + j) * K;
+      for (int i = 0; i < kA; ++i) o[i] = tmp + (i * M + j) * K;
+      T::Gradient(d, o, K);
+    }
+    for (int i = 0; i < kA; ++i) {
+      const float* d[M];
+      float* o[kA];
+      for (int j = 0; j < M; ++j) d[j] = tmp + (i * M + j) * K;
+      for (int j = 0; j < kA; ++j)
+        o[j] = s.products.data() + (size_t(i * kA + j) * tiles + t) * K;
+      T::Gradient(d, o, K);
+    }
+  }
+
+  for (int xi = 0; xi < kPoints; ++xi) {
+    Product(concurrent, /*trans_a=*/true, K, C, tiles, s.products.data() + size_t(xi) * tiles * K,
+            s.points.data() + size_t(xi) * tiles * C, 1.f, acc + size_t(xi) * K * C);
+  }
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void RunBlockF4(
-    const Geometry& g, const float* x, const float* u, const float* bias, float* y, int n0,
-    int images, bool concurrent, Scratch& s) {
+// Built for AVX-512, AVX2 and the baseline; the loader picks one.
+#define METAFUSE_WINOGRAD_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+METAFUSE_WINOGRAD_CLONES void RunBlockF2(const Geometry& g, const float* x, const float* u,
+                                         const float* bias, float* y, int n0, int images,
+                                         bool concurrent, Scratch& s) {
+  RunBlock<2>(g, x, u, bias, y, n0, images, concurrent, s);
+}
+METAFUSE_WINOGRAD_CLONES void RunBlockF4(const Geometry& g, const float* x, const float* u,
+                                         const float* bias, float* y, int n0, int images,
+                                         bool concurrent, Scratch& s) {
   RunBlock<4>(g, x, u, bias, y, n0, images, concurrent, s);
+}
+METAFUSE_WINOGRAD_CLONES void GradientBlockF2(const Geometry& g, const float* x, const float* dy,
+                                              float* acc, int n0, int images, bool concurrent,
+                                              Scratch& s) {
+  GradientBlock<2>(g, x, dy, acc, n0, images, concurrent, s);
+}
+METAFUSE_WINOGRAD_CLONES void GradientBlockF4(const Geometry& g, const float* x, const float* dy,
+                                              float* acc, int n0, int images, bool concurrent,
+                                              Scratch& s) {
+  GradientBlock<4>(g, x, dy, acc, n0, images, concurrent, s);
+}
+#undef METAFUSE_WINOGRAD_CLONES
+
+// acc[xi][k][c] (summed over tiles) -> dW[k][c][u][v] = (G^T acc G)[u][v].
+template <int M>
+at::Tensor KernelFromPoints(const std::vector<float>& acc, int K, int C,
+                            const at::TensorOptions& options) {
+  using T = Transform<M>;
+  constexpr int kA = T::kAlpha;
+  const size_t kc = size_t(K) * C;
+  at::Tensor dw = at::empty({K, C, 3, 3}, options);
+  float* out = dw.data_ptr<float>();
+  std::vector<float> half(size_t(3) * kA * kc);  // [u][xj][k * C + c]
+  for (int u = 0; u < 3; ++u)
+    for (int xj = 0; xj < kA; ++xj) {
+      float* h = half.data() + (size_t(u) * kA + xj) * kc;
+      std::fill(h, h + kc, 0.f);
+      for (int xi = 0; xi < kA; ++xi) {
+        const float coefficient = T::kG[xi][u];
+        if (coefficient == 0.f) continue;
+        const float* a = acc.data() + (size_t(xi) * kA + xj) * kc;
+        for (size_t e = 0; e < kc; ++e) h[e] += coefficient * a[e];
+      }
+    }
+  for (int u = 0; u < 3; ++u)
+    for (int v = 0; v < 3; ++v)
+      for (size_t e = 0; e < kc; ++e) {
+        float sum = 0.f;
+        for (int xj = 0; xj < kA; ++xj) sum += T::kG[xj][v] * half[(size_t(u) * kA + xj) * kc + e];
+        out[e * 9 + u * 3 + v] = sum;
+      }
+  return dw;
 }
 
 int64_t Entry(at::IntArrayRef v, size_t d) { return v.size() == 1 ? v[0] : v[d]; }
+
+// bench/conv_bench.cc on the Omniglot net's 64-channel layers (one thread):
+// F(4x4) 1.5-1.6x oneDNN on 75 images of 14x14 or 7x7, F(2x2) 1.4x on 5 of
+// 14x14; both lose on 3x3 outputs and on few output pixels, where the
+// weight transform and the scratch copies do not amortize, and on narrow
+// layers, where the GEMMs are too thin (16 channels, the ResNet cell's:
+// 1.0x forward, 0.9x on 5 images; 32: 1.5x).
+WinogradTile TileFor(int64_t images, int64_t in_channels, int64_t out_channels, int64_t out_h,
+                     int64_t out_w) {
+  const Mode mode = ModeFromEnvironment();
+  if (mode == Mode::kOff) return WinogradTile::kNone;
+  if (mode == Mode::kF2) return WinogradTile::kF2;
+  if (mode == Mode::kF4) return WinogradTile::kF4;
+  if (in_channels < 32 || out_channels < 32 || out_h < 6 || out_w < 6)
+    return WinogradTile::kNone;
+  const int64_t pixels = images * out_h * out_w;
+  if (pixels >= 2048) return WinogradTile::kF4;
+  if (pixels >= 768) return WinogradTile::kF2;
+  return WinogradTile::kNone;
+}
+
+int TileSize(WinogradTile tile) { return tile == WinogradTile::kF2 ? 2 : 4; }
+
+Geometry MakeGeometry(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k,
+                      at::IntArrayRef padding, int m) {
+  Geometry g;
+  g.n = n, g.c = c, g.h = h, g.w = w, g.k = k;
+  g.pad_h = Entry(padding, 0), g.pad_w = Entry(padding, 1);
+  g.out_h = g.h + 2 * g.pad_h - 2, g.out_w = g.w + 2 * g.pad_w - 2;
+  g.tiles_h = (g.out_h + m - 1) / m, g.tiles_w = (g.out_w + m - 1) / m;
+  // Enough tiles per block for GEMMs the BLAS runs near its peak, few
+  // enough that a block's points and products stay near this core's L2.
+  const int per_image = g.tiles_h * g.tiles_w;
+  g.images_per_block = std::max(1, std::min(g.n, (64 + per_image - 1) / per_image));
+  return g;
+}
+
+// True where other threads may call the BLAS while these blocks run.
+bool Concurrent(int blocks) {
+  return at::in_parallel_region() || (blocks > 1 && at::get_num_threads() > 1);
+}
+
+bool PlainFloat(const at::Tensor& t) {
+  return t.defined() && t.is_cpu() && t.scalar_type() == at::kFloat && !t.is_mkldnn() &&
+         !t.is_sparse() && t.dim() == 4 && t.numel() < (int64_t{1} << 31);
+}
 
 }  // namespace
 
 bool WinogradApplies(const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
                      at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
-  if (!input.defined() || !weight.defined() || !input.is_cpu() || !weight.is_cpu() ||
-      input.scalar_type() != at::kFloat || weight.scalar_type() != at::kFloat ||
-      input.is_mkldnn() || input.is_sparse() || input.dim() != 4 || weight.dim() != 4 ||
-      groups != 1 || weight.size(1) != input.size(1) || weight.size(2) != 3 ||
-      weight.size(3) != 3 || !DirectBlasAvailable())
+  if (!PlainFloat(input) || !PlainFloat(weight) || groups != 1 ||
+      weight.size(1) != input.size(1) || weight.size(2) != 3 || weight.size(3) != 3 ||
+      !DirectBlasAvailable())
     return false;
   for (at::IntArrayRef v : {stride, padding, dilation})
     if (v.size() != 1 && v.size() != 2) return false;
@@ -308,32 +506,16 @@ bool WinogradApplies(const at::Tensor& input, const at::Tensor& weight, at::IntA
         input.size(2 + d) + 2 * pad - 2 < 1)
       return false;
   }
-  // 32-bit indexing inside.
-  return input.numel() < (int64_t{1} << 31) && weight.numel() < (int64_t{1} << 31);
+  return true;
 }
 
 WinogradTile ChooseWinogradTile(const at::Tensor& input, const at::Tensor& weight,
                                 at::IntArrayRef stride, at::IntArrayRef padding,
                                 at::IntArrayRef dilation, int64_t groups) {
-  const Mode mode = ModeFromEnvironment();
-  if (mode == Mode::kOff || !WinogradApplies(input, weight, stride, padding, dilation, groups))
+  if (!WinogradApplies(input, weight, stride, padding, dilation, groups))
     return WinogradTile::kNone;
-  if (mode == Mode::kF2) return WinogradTile::kF2;
-  if (mode == Mode::kF4) return WinogradTile::kF4;
-  // bench/conv_bench.cc on the Omniglot net's 64-channel layers (one
-  // thread): F(4x4) 2.6x oneDNN on 75 images of 14x14 and 1.4x on 75 of
-  // 7x7; F(2x2) 1.2x on 5 of 14x14; both lose on 3x3 outputs and on few
-  // output pixels, where the weight transform and the scratch copies do not
-  // amortize, and on narrow layers, where the GEMMs are too thin (16
-  // channels, the ResNet cell's: 1.0x forward, 0.9x on 5 images; 32: 1.6x).
-  const int64_t out_h = input.size(2) + 2 * Entry(padding, 0) - 2;
-  const int64_t out_w = input.size(3) + 2 * Entry(padding, 1) - 2;
-  if (input.size(1) < 32 || weight.size(0) < 32 || out_h < 6 || out_w < 6)
-    return WinogradTile::kNone;
-  const int64_t pixels = input.size(0) * out_h * out_w;
-  if (pixels >= 2048) return WinogradTile::kF4;
-  if (pixels >= 768) return WinogradTile::kF2;
-  return WinogradTile::kNone;
+  return TileFor(input.size(0), input.size(1), weight.size(0),
+                 input.size(2) + 2 * Entry(padding, 0) - 2, input.size(3) + 2 * Entry(padding, 1) - 2);
 }
 
 at::Tensor Conv2dByWinograd(const at::Tensor& input, const at::Tensor& weight,
@@ -348,18 +530,9 @@ at::Tensor Conv2dByWinograd(const at::Tensor& input, const at::Tensor& weight,
                             bias->scalar_type() == at::kFloat && bias->is_cpu()),
               "metafuse Winograd conv2d: bias must be float32 [", weight.size(0), "], got ",
               has_bias ? bias->sizes() : at::IntArrayRef{});
-  const int m = tile == WinogradTile::kF2 ? 2 : 4;
-  Geometry g;
-  g.n = input.size(0), g.c = input.size(1), g.h = input.size(2), g.w = input.size(3);
-  g.k = weight.size(0);
-  g.pad_h = Entry(padding, 0), g.pad_w = Entry(padding, 1);
-  g.out_h = g.h + 2 * g.pad_h - 2, g.out_w = g.w + 2 * g.pad_w - 2;
-  g.tiles_h = (g.out_h + m - 1) / m, g.tiles_w = (g.out_w + m - 1) / m;
-  // Enough tiles per block for GEMMs the BLAS runs near its peak, few
-  // enough that a block's points and products stay in this core's L2.
-  const int per_image = g.tiles_h * g.tiles_w;
-  g.images_per_block = std::max(1, std::min(g.n, (64 + per_image - 1) / per_image));
-
+  const int m = TileSize(tile);
+  const Geometry g = MakeGeometry(input.size(0), input.size(1), input.size(2), input.size(3),
+                                  weight.size(0), padding, m);
   const at::Tensor x = input.contiguous();
   const std::vector<float> u =
       m == 2 ? TransformWeights<2>(weight.contiguous()) : TransformWeights<4>(weight.contiguous());
@@ -369,8 +542,7 @@ at::Tensor Conv2dByWinograd(const at::Tensor& input, const at::Tensor& weight,
   const float* bp = has_bias ? b.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   const int blocks = (g.n + g.images_per_block - 1) / g.images_per_block;
-  const bool concurrent =
-      at::in_parallel_region() || (blocks > 1 && at::get_num_threads() > 1);
+  const bool concurrent = Concurrent(blocks);
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
     thread_local Scratch scratch;
     for (int64_t blk = begin; blk < end; ++blk) {
@@ -381,6 +553,66 @@ at::Tensor Conv2dByWinograd(const at::Tensor& input, const at::Tensor& weight,
     }
   });
   return y;
+}
+
+WinogradTile ChooseWinogradWeightGradientTile(const at::Tensor& input,
+                                              const at::Tensor& grad_output,
+                                              at::IntArrayRef padding) {
+  if (!PlainFloat(input) || !PlainFloat(grad_output) || input.size(0) != grad_output.size(0) ||
+      (padding.size() != 1 && padding.size() != 2) || !DirectBlasAvailable())
+    return WinogradTile::kNone;
+  for (size_t d = 0; d < 2; ++d) {
+    const int64_t pad = Entry(padding, d);
+    if (pad < 0 || pad > 2 || input.size(2 + d) + 2 * pad - 2 != grad_output.size(2 + d))
+      return WinogradTile::kNone;  // not a 3x3 kernel's gradient
+  }
+  return TileFor(input.size(0), input.size(1), grad_output.size(1), grad_output.size(2),
+                 grad_output.size(3));
+}
+
+at::Tensor WeightGradientByWinograd(const at::Tensor& input, const at::Tensor& grad_output,
+                                    at::IntArrayRef padding, WinogradTile tile) {
+  TORCH_CHECK(tile != WinogradTile::kNone && PlainFloat(input) && PlainFloat(grad_output) &&
+                  input.size(0) == grad_output.size(0) &&
+                  (padding.size() == 1 || padding.size() == 2) &&
+                  input.size(2) + 2 * Entry(padding, 0) - 2 == grad_output.size(2) &&
+                  input.size(3) + 2 * Entry(padding, 1) - 2 == grad_output.size(3),
+              "metafuse Winograd weight gradient: input ", input.sizes(), " and grad_output ",
+              grad_output.sizes(), " with padding ", padding,
+              " are not a float32 3x3 stride-1 convolution's");
+  const int m = TileSize(tile);
+  const Geometry g = MakeGeometry(input.size(0), input.size(1), input.size(2), input.size(3),
+                                  grad_output.size(1), padding, m);
+  const at::Tensor x = input.contiguous(), dy = grad_output.contiguous();
+  const float* xp = x.data_ptr<float>();
+  const float* dyp = dy.data_ptr<float>();
+  const int alpha = m + 2, blocks = (g.n + g.images_per_block - 1) / g.images_per_block;
+  const size_t points = size_t(alpha) * alpha * g.k * g.c;
+  const bool concurrent = Concurrent(blocks);
+  // Each chunk of blocks (one per thread) sums into its own accumulator;
+  // those add up in the order of their first block, so that a thread count
+  // gives the same bits every run.
+  std::vector<std::pair<int64_t, std::vector<float>>> chunks;
+  std::mutex chunks_mutex;
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    thread_local Scratch scratch;
+    std::vector<float> acc(points, 0.f);
+    for (int64_t blk = begin; blk < end; ++blk) {
+      const int n0 = static_cast<int>(blk) * g.images_per_block;
+      const int images = std::min(g.images_per_block, g.n - n0);
+      (m == 2 ? GradientBlockF2 : GradientBlockF4)(g, xp, dyp, acc.data(), n0, images,
+                                                    concurrent, scratch);
+    }
+    std::lock_guard<std::mutex> lock(chunks_mutex);
+    chunks.emplace_back(begin, std::move(acc));
+  });
+  std::sort(chunks.begin(), chunks.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<float>& total = chunks.front().second;
+  for (size_t i = 1; i < chunks.size(); ++i)
+    for (size_t e = 0; e < points; ++e) total[e] += chunks[i].second[e];
+  return m == 2 ? KernelFromPoints<2>(total, g.k, g.c, x.options())
+                : KernelFromPoints<4>(total, g.k, g.c, x.options());
 }
 
 }  // namespace metafuse::runtime

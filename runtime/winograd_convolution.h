@@ -42,4 +42,15 @@ at::Tensor Conv2dByWinograd(const at::Tensor& input, const at::Tensor& weight,
                             const c10::optional<at::Tensor>& bias, at::IntArrayRef padding,
                             WinogradTile tile);
 
+// The weight gradient of conv2d(input, w, padding) for a 3x3 w at stride
+// 1, [K, C, 3, 3], from input [N, C, H, W] and grad_output [N, K, H', W']:
+// by the transposition of F(m x m, 3x3) (dW = G^T [(A dy A^T) . (B^T x B)] G,
+// summed over the tiles, one GEMM per point with the tiles as its inner
+// dimension). kNone where it does not apply or does not pay (the same rule).
+WinogradTile ChooseWinogradWeightGradientTile(const at::Tensor& input,
+                                              const at::Tensor& grad_output,
+                                              at::IntArrayRef padding);
+at::Tensor WeightGradientByWinograd(const at::Tensor& input, const at::Tensor& grad_output,
+                                    at::IntArrayRef padding, WinogradTile tile);
+
 }  // namespace metafuse::runtime

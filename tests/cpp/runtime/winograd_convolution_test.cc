@@ -14,14 +14,26 @@
 namespace metafuse::runtime {
 namespace {
 
+// The float64 references run on one thread: this LibTorch's (1.13) float64
+// conv2d at two threads now and then returns a wrong result (measured: a
+// difference of 64 in one call of ten on 16 x 32 x 14 x 14).
+struct OneThread {
+  int saved = at::get_num_threads();
+  OneThread() { at::set_num_threads(1); }
+  ~OneThread() { at::set_num_threads(saved); }
+};
+
 // Largest error relative to the largest output of the float64 reference.
 double RelativeError(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& b,
                      std::vector<int64_t> padding, WinogradTile tile) {
   const at::Tensor got = Conv2dByWinograd(x, w, b, padding, tile);
   const c10::optional<at::Tensor> b64 =
       b.has_value() ? c10::optional<at::Tensor>(b->to(at::kDouble)) : c10::nullopt;
-  const at::Tensor want =
-      at::conv2d(x.to(at::kDouble), w.to(at::kDouble), b64, {1, 1}, padding, {1, 1}, 1);
+  at::Tensor want;
+  {
+    OneThread one;
+    want = at::conv2d(x.to(at::kDouble), w.to(at::kDouble), b64, {1, 1}, padding, {1, 1}, 1);
+  }
   EXPECT_EQ(got.sizes(), want.sizes());
   EXPECT_TRUE(got.is_contiguous());
   return ((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>();
@@ -77,6 +89,66 @@ TEST(WinogradConvolution, TheInputGradientEqualsTheTransposedConvolution) {
   EXPECT_LT(((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>(), 3e-5);
 }
 
+// convolution_backward's weight gradient in float64 on the same inputs.
+at::Tensor ReferenceWeightGradient(const at::Tensor& x, const at::Tensor& dy,
+                                   std::vector<int64_t> padding) {
+  OneThread one;
+  const at::Tensor shape = at::empty({dy.size(1), x.size(1), 3, 3}, at::kDouble);
+  return std::get<1>(at::convolution_backward(dy.to(at::kDouble), x.to(at::kDouble), shape,
+                                              c10::nullopt, {1, 1}, padding, {1, 1}, false,
+                                              {0, 0}, 1, {false, true, false}));
+}
+
+TEST(WinogradConvolution, TheWeightGradientMatchesConvolutionBackward) {
+  at::manual_seed(2);
+  struct Case {
+    std::vector<int64_t> input;
+    int64_t out_channels;
+    std::vector<int64_t> padding;
+  };
+  const Case cases[] = {
+      {{3, 16, 14, 14}, 24, {1, 1}},  // partial F(4x4) tiles: dy is zero past its edge
+      {{2, 8, 7, 9}, 5, {1, 1}},
+      {{1, 4, 5, 6}, 3, {0, 0}},
+      {{2, 3, 6, 5}, 7, {2, 2}},
+      {{1, 5, 8, 8}, 4, {0, 2}},
+      {{70, 6, 3, 3}, 6, {1, 1}},     // many image blocks summed
+      {{16, 32, 14, 14}, 32, {1, 1}},
+  };
+  for (const int threads : {1, 2}) {
+    at::set_num_threads(threads);
+    for (const Case& c : cases) {
+      const at::Tensor x = at::randn(c.input);
+      const int64_t out_h = c.input[2] + 2 * c.padding[0] - 2;
+      const int64_t out_w = c.input[3] + 2 * c.padding[1] - 2;
+      const at::Tensor dy = at::randn({c.input[0], c.out_channels, out_h, out_w});
+      const at::Tensor want = ReferenceWeightGradient(x, dy, c.padding);
+      for (const auto tile : {WinogradTile::kF2, WinogradTile::kF4}) {
+        const at::Tensor got = WeightGradientByWinograd(x, dy, c.padding, tile);
+        ASSERT_EQ(got.sizes(), want.sizes());
+        const double error =
+            ((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>();
+        EXPECT_LT(error, tile == WinogradTile::kF2 ? 1e-6 : 3e-5)
+            << c.input << " -> " << c.out_channels << " padding " << c.padding << ", "
+            << threads << " thread(s), F(" << (tile == WinogradTile::kF2 ? 2 : 4) << ")";
+      }
+    }
+  }
+  at::set_num_threads(1);
+}
+
+TEST(WinogradConvolution, TheWeightGradientFormGoesThroughWinograd) {
+  // conv2d(x^T, dy^T) with the image-sized kernel (the derivative rules'
+  // form) on the 14x14 layer's shapes: the transpose of the weight gradient.
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({75, 64, 14, 14}), dy = at::randn({75, 64, 14, 14});
+  ASSERT_EQ(ChooseWinogradWeightGradientTile(x, dy, {1, 1}), WinogradTile::kF4);
+  const at::Tensor got = WeightGradient(x.transpose(0, 1), dy.transpose(0, 1), {1, 1});
+  const at::Tensor want = ReferenceWeightGradient(x, dy, {1, 1}).transpose(0, 1);
+  ASSERT_EQ(got.sizes(), want.sizes());
+  EXPECT_LT(((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>(), 3e-5);
+}
+
 TEST(WinogradConvolution, TheRuleTakesWideLayersWithManyOutputs) {
   const std::vector<int64_t> ones = {1, 1}, pad = {1, 1};
   const at::Tensor w = at::empty({64, 64, 3, 3});
@@ -106,6 +178,11 @@ TEST(WinogradConvolution, RefusesWhatItCannotCompute) {
                                 WinogradTile::kF2),
                c10::Error);
   EXPECT_THROW(Conv2dByWinograd(x, w, at::empty({3}), pad, WinogradTile::kF2), c10::Error);
+  // Weight gradients: the output gradient must be a 3x3 kernel's.
+  EXPECT_EQ(ChooseWinogradWeightGradientTile(x, at::empty({2, 16, 7, 7}), pad),
+            WinogradTile::kNone);
+  EXPECT_THROW(WeightGradientByWinograd(x, at::empty({2, 16, 7, 7}), pad, WinogradTile::kF4),
+               c10::Error);
 }
 
 }  // namespace
