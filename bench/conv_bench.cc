@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "runtime/convolution.h"
@@ -53,9 +54,11 @@ int main() {
       {"layer 4, query (64 ch, 3x3)", {75, 64, 3, 3}, {64, 64, 3, 3}, 1, false},
       {"layer 2, support (5 images)", {5, 64, 14, 14}, {64, 64, 3, 3}, 1, false},
       {"layer 3, support (5 images)", {5, 64, 7, 7}, {64, 64, 3, 3}, 1, false},
+      {"layer 4, support (5 images)", {5, 64, 3, 3}, {64, 64, 3, 3}, 1, false},
       {"weight gradient of layer 2 (as conv)", {64, 75, 14, 14}, {64, 75, 14, 14}, 1, false},
       {"weight gradient of layer 3 (as conv)", {64, 75, 7, 7}, {64, 75, 7, 7}, 1, false},
       {"weight gradient of layer 2, support", {64, 5, 14, 14}, {64, 5, 14, 14}, 1, false},
+      {"weight gradient of layer 3, support", {64, 5, 7, 7}, {64, 5, 7, 7}, 1, false},
       {"input gradient of layer 2 (transposed)", {75, 64, 14, 14}, {64, 64, 3, 3}, 1, true},
       {"input gradient of layer 3 (transposed)", {75, 64, 7, 7}, {64, 64, 3, 3}, 1, true},
       {"input gradient of layer 2, support", {5, 64, 14, 14}, {64, 64, 3, 3}, 1, true},
@@ -70,9 +73,9 @@ int main() {
   std::printf("%-42s %10s %10s %8s %13s %8s %s\n", "convolution", "ATen ms", "GEMM ms", "speed-up",
               "Winograd ms", "speed-up", " programs use");
   for (const Shape& s : shapes) {
-    // An image-sized kernel is a weight gradient: x^T and dy^T as the
+    // A weight gradient (an image-sized kernel): x^T and dy^T as the
     // derivative rules pass them, views of contiguous [N, C, H, W] tensors.
-    const bool image_sized = s.weight[2] == s.input[2] && s.weight[3] == s.input[3];
+    const bool image_sized = std::string(s.name).rfind("weight gradient", 0) == 0;
     auto make = [&](const std::vector<int64_t>& shape) {
       if (!image_sized) return at::randn(shape);
       return at::randn({shape[1], shape[0], shape[2], shape[3]}).transpose(0, 1);

@@ -445,23 +445,22 @@ at::Tensor KernelFromPoints(const std::vector<float>& acc, int K, int C,
 int64_t Entry(at::IntArrayRef v, size_t d) { return v.size() == 1 ? v[0] : v[d]; }
 
 // bench/conv_bench.cc on the Omniglot net's 64-channel layers (one thread):
-// F(4x4) 1.5-1.6x oneDNN on 75 images of 14x14 or 7x7, F(2x2) 1.4x on 5 of
-// 14x14; both lose on 3x3 outputs and on few output pixels, where the
-// weight transform and the scratch copies do not amortize, and on narrow
-// layers, where the GEMMs are too thin (16 channels, the ResNet cell's:
-// 1.0x forward, 0.9x on 5 images; 32: 1.5x).
+// F(4x4) 1.4-1.7x oneDNN from 5 images of 7x7 to 75 of 14x14, forward, input
+// and weight gradients alike, and ahead of F(2x2) on each of them (F(2x2):
+// 0.9-1.5x). Both lose on 3x3 outputs (0.7-0.9x: one tile of 6x6 for 9
+// outputs), on few output pixels, where the weight transform and the
+// scratch copies do not amortize, and on narrow layers, where the GEMMs are
+// too thin (16 channels, the ResNet cell's: 0.8-1.0x; 32: 1.5x).
 WinogradTile TileFor(int64_t images, int64_t in_channels, int64_t out_channels, int64_t out_h,
                      int64_t out_w) {
   const Mode mode = ModeFromEnvironment();
   if (mode == Mode::kOff) return WinogradTile::kNone;
   if (mode == Mode::kF2) return WinogradTile::kF2;
   if (mode == Mode::kF4) return WinogradTile::kF4;
-  if (in_channels < 32 || out_channels < 32 || out_h < 6 || out_w < 6)
+  if (in_channels < 32 || out_channels < 32 || out_h < 6 || out_w < 6 ||
+      images * out_h * out_w < 192)
     return WinogradTile::kNone;
-  const int64_t pixels = images * out_h * out_w;
-  if (pixels >= 2048) return WinogradTile::kF4;
-  if (pixels >= 768) return WinogradTile::kF2;
-  return WinogradTile::kNone;
+  return WinogradTile::kF4;
 }
 
 int TileSize(WinogradTile tile) { return tile == WinogradTile::kF2 ? 2 : 4; }

@@ -157,8 +157,9 @@ TEST(WinogradConvolution, TheRuleTakesWideLayersWithManyOutputs) {
   };
   EXPECT_EQ(tile({75, 64, 14, 14}, w), WinogradTile::kF4);
   EXPECT_EQ(tile({75, 64, 7, 7}, w), WinogradTile::kF4);
-  EXPECT_EQ(tile({5, 64, 14, 14}, w), WinogradTile::kF2);
-  EXPECT_EQ(tile({5, 64, 7, 7}, w), WinogradTile::kNone);    // too few outputs
+  EXPECT_EQ(tile({5, 64, 14, 14}, w), WinogradTile::kF4);
+  EXPECT_EQ(tile({5, 64, 7, 7}, w), WinogradTile::kF4);
+  EXPECT_EQ(tile({1, 64, 7, 7}, w), WinogradTile::kNone);    // too few outputs
   EXPECT_EQ(tile({75, 64, 3, 3}, w), WinogradTile::kNone);   // 3x3 outputs
   EXPECT_EQ(tile({75, 1, 28, 28}, at::empty({64, 1, 3, 3})), WinogradTile::kNone);  // narrow
   EXPECT_EQ(tile({25, 16, 16, 16}, at::empty({16, 16, 3, 3})), WinogradTile::kNone);  // 16 ch

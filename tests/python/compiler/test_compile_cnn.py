@@ -57,15 +57,15 @@ def test_classifier_matches_eager(make_model, x_shape, optimizer):
 
 def test_wide_float32_layers_run_winograd_and_match_a_float64_truth():
     """32-channel 3x3 layers with enough output pixels that the runtime
-    computes them (and their input gradients) by Winograd's F(4x4) and F(2x2)
+    computes them (and their input and weight gradients) by Winograd's F(4x4)
     (runtime/winograd_convolution.h): the compiled float32 meta-gradient
     stays as close to the float64 truth as eager float32's does."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU(),      # 12 x 16 x 16: F(4x4)
+        torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU(),      # 12 x 16 x 16
         torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU(),      # 12 x 8 x 8: F(2x2)
+        torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU(),      # 12 x 8 x 8
         torch.nn.Flatten(), torch.nn.Linear(32 * 8 * 8, 3))
     g = torch.Generator().manual_seed(1)
     x = torch.randn(12, 3, 16, 16, generator=g)
