@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -171,14 +173,17 @@ struct Scratch {
 
 // U[(i * alpha + j)][c][k] = (G g G^T)[i][j] for weight g = w[k][c].
 template <int M>
-std::vector<float> TransformWeights(const at::Tensor& weight) {
+std::unique_ptr<float[]> TransformWeights(const at::Tensor& weight) {
   using T = Transform<M>;
   constexpr int kA = T::kAlpha;
   const int K = weight.size(0), C = weight.size(1);
   // [c][tap][k]: the output channels contiguous, as the loops below read them.
   const at::Tensor taps = weight.reshape({K, C, 9}).permute({1, 2, 0}).contiguous();
   const float* g = taps.data_ptr<float>();
-  std::vector<float> u(size_t(kA) * kA * C * K), half(size_t(kA) * 3 * K);
+  // Every entry is written below: no zero fill (it would be a 590 KB memset
+  // per call for 64 channels).
+  std::unique_ptr<float[]> u(new float[size_t(kA) * kA * C * K]);
+  std::vector<float> half(size_t(kA) * 3 * K);
   for (int c = 0; c < C; ++c) {
     const float* gc = g + size_t(c) * 9 * K;
     for (int i = 0; i < kA; ++i)
@@ -191,7 +196,7 @@ std::vector<float> TransformWeights(const at::Tensor& weight) {
       }
     for (int i = 0; i < kA; ++i)
       for (int j = 0; j < kA; ++j) {
-        float* out = u.data() + ((size_t(i) * kA + j) * C + c) * K;
+        float* out = u.get() + ((size_t(i) * kA + j) * C + c) * K;
         const float* row = half.data() + i * 3 * K;
 #pragma GCC ivdep
         for (int k = 0; k < K; ++k)
@@ -199,6 +204,59 @@ std::vector<float> TransformWeights(const at::Tensor& weight) {
       }
   }
   return u;
+}
+
+// dst[j * dst_stride + i] = src[i * src_stride + j] (+ add[j]) for i < rows,
+// j < cols: 8 x 8 blocks transposed in registers (GCC vector shuffles, which
+// each target clone lowers to its own instructions), the edges one by one.
+// An element at a time, the strided side misses the cache on every load.
+typedef float Vec8 __attribute__((vector_size(32)));
+typedef int Mask8 __attribute__((vector_size(32)));
+
+__attribute__((always_inline)) inline Vec8 Load8(const float* p) {
+  Vec8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+__attribute__((always_inline)) inline void Transpose(const float* src, int64_t src_stride,
+                                                     float* dst, int64_t dst_stride, int rows,
+                                                     int cols, const float* add) {
+  const Mask8 lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+  const Mask8 even = {0, 1, 8, 9, 4, 5, 12, 13}, odd = {2, 3, 10, 11, 6, 7, 14, 15};
+  const Mask8 low = {0, 1, 2, 3, 8, 9, 10, 11}, high = {4, 5, 6, 7, 12, 13, 14, 15};
+  int i0 = 0;
+  for (; i0 + 8 <= rows; i0 += 8) {
+    int j0 = 0;
+    for (; j0 + 8 <= cols; j0 += 8) {
+      Vec8 r[8], t[8], u[8], o[8];
+      for (int i = 0; i < 8; ++i) r[i] = Load8(src + (i0 + i) * src_stride + j0);
+      for (int p = 0; p < 4; ++p) {
+        t[2 * p] = __builtin_shuffle(r[2 * p], r[2 * p + 1], lo);
+        t[2 * p + 1] = __builtin_shuffle(r[2 * p], r[2 * p + 1], hi);
+      }
+      for (int q = 0; q < 2; ++q) {
+        u[4 * q] = __builtin_shuffle(t[4 * q], t[4 * q + 2], even);
+        u[4 * q + 1] = __builtin_shuffle(t[4 * q], t[4 * q + 2], odd);
+        u[4 * q + 2] = __builtin_shuffle(t[4 * q + 1], t[4 * q + 3], even);
+        u[4 * q + 3] = __builtin_shuffle(t[4 * q + 1], t[4 * q + 3], odd);
+      }
+      for (int j = 0; j < 4; ++j) {
+        o[j] = __builtin_shuffle(u[j], u[j + 4], low);
+        o[j + 4] = __builtin_shuffle(u[j], u[j + 4], high);
+      }
+      for (int j = 0; j < 8; ++j) {
+        if (add != nullptr) o[j] += add[j0 + j];
+        std::memcpy(dst + (j0 + j) * dst_stride + i0, &o[j], sizeof o[j]);
+      }
+    }
+    for (; j0 < cols; ++j0)
+      for (int i = i0; i < i0 + 8; ++i)
+        dst[j0 * dst_stride + i] = src[i * src_stride + j0] + (add ? add[j0] : 0.f);
+  }
+  for (int j = 0; j < cols; ++j)
+    for (int i = i0; i < rows; ++i)
+      dst[j * dst_stride + i] = src[i * src_stride + j] + (add ? add[j] : 0.f);
 }
 
 // NCHW images to NHWC, each image placed in a cover_h x cover_w frame whose
@@ -210,17 +268,21 @@ __attribute__((always_inline)) inline void ToNhwc(const float* src, int images, 
   for (int i = 0; i < images; ++i) {
     const float* in = src + size_t(i) * channels * plane;
     float* out = dst + size_t(i) * cover_h * cover_w * channels;
-    if (cover_h != h || cover_w != w)
-      std::fill(out, out + size_t(cover_h) * cover_w * channels, 0.f);
-    for (int p0 = 0; p0 < plane; p0 += 16)  // 16 x 16 blocks
-      for (int c0 = 0; c0 < channels; c0 += 16) {
-        const int p1 = std::min(p0 + 16, plane), c1 = std::min(c0 + 16, channels);
-        for (int p = p0; p < p1; ++p) {
-          float* row = out + (size_t(p / w) * cover_w + p % w) * channels;
-#pragma GCC ivdep
-          for (int c = c0; c < c1; ++c) row[c] = in[size_t(c) * plane + p];
-        }
+    for (int r = 0; r < cover_h; ++r) {  // zero the margin only
+      float* row = out + size_t(r) * cover_w * channels;
+      if (r >= h) {
+        std::fill(row, row + size_t(cover_w) * channels, 0.f);
+      } else if (cover_w > w) {
+        std::fill(row + size_t(w) * channels, row + size_t(cover_w) * channels, 0.f);
       }
+    }
+    if (cover_w == w) {  // the image's rows are contiguous on both sides
+      Transpose(in, plane, out, channels, channels, plane, nullptr);
+      continue;
+    }
+    for (int r = 0; r < h; ++r)
+      Transpose(in + r * w, plane, out + size_t(r) * cover_w * channels, channels, channels, w,
+                nullptr);
   }
 }
 
@@ -322,19 +384,16 @@ __attribute__((always_inline)) inline void RunBlock(const Geometry& g, const flo
     }
   }
 
+  const int plane = g.out_h * g.out_w;
   for (int i = 0; i < images; ++i) {  // NHWC (tile cover) -> NCHW output, plus bias
     const float* src = s.result.data() + size_t(i) * rows * cols * K;
-    float* dst = y + size_t(n0 + i) * K * g.out_h * g.out_w;
-    for (int k0 = 0; k0 < K; k0 += 16) {
-      const int k1 = std::min(k0 + 16, K);
-      for (int r = 0; r < g.out_h; ++r)
-        for (int k = k0; k < k1; ++k) {
-          const float b = bias == nullptr ? 0.f : bias[k];
-          float* out = dst + (size_t(k) * g.out_h + r) * g.out_w;
-          const float* in = src + size_t(r) * cols * K + k;
-          for (int col = 0; col < g.out_w; ++col) out[col] = in[size_t(col) * K] + b;
-        }
+    float* dst = y + size_t(n0 + i) * K * plane;
+    if (cols == g.out_w) {
+      Transpose(src, K, dst, plane, plane, K, bias);
+      continue;
     }
+    for (int r = 0; r < g.out_h; ++r)
+      Transpose(src + size_t(r) * cols * K, K, dst + r * g.out_w, plane, g.out_w, K, bias);
   }
 }
 
@@ -342,12 +401,13 @@ __attribute__((always_inline)) inline void RunBlock(const Geometry& g, const flo
 // F(m, 3), dW = G^T [(A dy A^T) . (B^T x B)] G summed over the tiles, so per
 // point acc[xi] (K x C) += gradients[xi]^T points[xi], the tiles being the
 // GEMMs' inner dimension. The output gradient's tiles go to
-// s.products[xi][t][k] (zero past its edge).
+// s.products[xi][t][k] (zero past its edge). The first block of a chunk
+// writes acc instead of adding to it (no zero fill).
 template <int M>
 __attribute__((always_inline)) inline void GradientBlock(const Geometry& g, const float* x,
                                                          const float* dy, float* acc, int n0,
-                                                         int images, bool concurrent,
-                                                         Scratch& s) {
+                                                         int images, bool first,
+                                                         bool concurrent, Scratch& s) {
   using T = Transform<M>;
   constexpr int kA = T::kAlpha, kPoints = kA * kA;
   const int C = g.c, K = g.k, H = g.h, W = g.w;
@@ -382,7 +442,8 @@ __attribute__((always_inline)) inline void GradientBlock(const Geometry& g, cons
 
   for (int xi = 0; xi < kPoints; ++xi) {
     Product(concurrent, /*trans_a=*/true, K, C, tiles, s.products.data() + size_t(xi) * tiles * K,
-            s.points.data() + size_t(xi) * tiles * C, 1.f, acc + size_t(xi) * K * C);
+            s.points.data() + size_t(xi) * tiles * C, first ? 0.f : 1.f,
+            acc + size_t(xi) * K * C);
   }
 }
 
@@ -400,36 +461,36 @@ METAFUSE_WINOGRAD_CLONES void RunBlockF4(const Geometry& g, const float* x, cons
   RunBlock<4>(g, x, u, bias, y, n0, images, concurrent, s);
 }
 METAFUSE_WINOGRAD_CLONES void GradientBlockF2(const Geometry& g, const float* x, const float* dy,
-                                              float* acc, int n0, int images, bool concurrent,
-                                              Scratch& s) {
-  GradientBlock<2>(g, x, dy, acc, n0, images, concurrent, s);
+                                              float* acc, int n0, int images, bool first,
+                                              bool concurrent, Scratch& s) {
+  GradientBlock<2>(g, x, dy, acc, n0, images, first, concurrent, s);
 }
 METAFUSE_WINOGRAD_CLONES void GradientBlockF4(const Geometry& g, const float* x, const float* dy,
-                                              float* acc, int n0, int images, bool concurrent,
-                                              Scratch& s) {
-  GradientBlock<4>(g, x, dy, acc, n0, images, concurrent, s);
+                                              float* acc, int n0, int images, bool first,
+                                              bool concurrent, Scratch& s) {
+  GradientBlock<4>(g, x, dy, acc, n0, images, first, concurrent, s);
 }
 #undef METAFUSE_WINOGRAD_CLONES
 
 // acc[xi][k][c] (summed over tiles) -> dW[k][c][u][v] = (G^T acc G)[u][v].
 template <int M>
-at::Tensor KernelFromPoints(const std::vector<float>& acc, int K, int C,
+at::Tensor KernelFromPoints(const float* acc, int K, int C,
                             const at::TensorOptions& options) {
   using T = Transform<M>;
   constexpr int kA = T::kAlpha;
   const size_t kc = size_t(K) * C;
   at::Tensor dw = at::empty({K, C, 3, 3}, options);
   float* out = dw.data_ptr<float>();
-  std::vector<float> half(size_t(3) * kA * kc);  // [u][xj][k * C + c]
+  std::unique_ptr<float[]> half(new float[size_t(3) * kA * kc]);  // [u][xj][k * C + c]
   for (int u = 0; u < 3; ++u)
     for (int xj = 0; xj < kA; ++xj) {
-      float* h = half.data() + (size_t(u) * kA + xj) * kc;
-      std::fill(h, h + kc, 0.f);
-      for (int xi = 0; xi < kA; ++xi) {
-        const float coefficient = T::kG[xi][u];
-        if (coefficient == 0.f) continue;
-        const float* a = acc.data() + (size_t(xi) * kA + xj) * kc;
-        for (size_t e = 0; e < kc; ++e) h[e] += coefficient * a[e];
+      float* h = half.get() + (size_t(u) * kA + xj) * kc;
+      const float* a = acc + size_t(xj) * kc;  // acc[xi][xj] at a + xi * kA * kc
+#pragma GCC ivdep
+      for (size_t e = 0; e < kc; ++e) {
+        float sum = 0.f;
+        for (int xi = 0; xi < kA; ++xi) sum += T::kG[xi][u] * a[size_t(xi) * kA * kc + e];
+        h[e] = sum;
       }
     }
   for (int u = 0; u < 3; ++u)
@@ -533,7 +594,7 @@ at::Tensor Conv2dByWinograd(const at::Tensor& input, const at::Tensor& weight,
   const Geometry g = MakeGeometry(input.size(0), input.size(1), input.size(2), input.size(3),
                                   weight.size(0), padding, m);
   const at::Tensor x = input.contiguous();
-  const std::vector<float> u =
+  const std::unique_ptr<float[]> u =
       m == 2 ? TransformWeights<2>(weight.contiguous()) : TransformWeights<4>(weight.contiguous());
   const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
   at::Tensor y = at::empty({g.n, g.k, g.out_h, g.out_w}, x.options());
@@ -547,7 +608,7 @@ at::Tensor Conv2dByWinograd(const at::Tensor& input, const at::Tensor& weight,
     for (int64_t blk = begin; blk < end; ++blk) {
       const int n0 = static_cast<int>(blk) * g.images_per_block;
       const int images = std::min(g.images_per_block, g.n - n0);
-      (m == 2 ? RunBlockF2 : RunBlockF4)(g, xp, u.data(), bp, yp, n0, images, concurrent,
+      (m == 2 ? RunBlockF2 : RunBlockF4)(g, xp, u.get(), bp, yp, n0, images, concurrent,
                                           scratch);
     }
   });
@@ -591,23 +652,23 @@ at::Tensor WeightGradientByWinograd(const at::Tensor& input, const at::Tensor& g
   // Each chunk of blocks (one per thread) sums into its own accumulator;
   // those add up in the order of their first block, so that a thread count
   // gives the same bits every run.
-  std::vector<std::pair<int64_t, std::vector<float>>> chunks;
+  std::vector<std::pair<int64_t, std::unique_ptr<float[]>>> chunks;
   std::mutex chunks_mutex;
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
     thread_local Scratch scratch;
-    std::vector<float> acc(points, 0.f);
+    std::unique_ptr<float[]> acc(new float[points]);  // written by the first block
     for (int64_t blk = begin; blk < end; ++blk) {
       const int n0 = static_cast<int>(blk) * g.images_per_block;
       const int images = std::min(g.images_per_block, g.n - n0);
-      (m == 2 ? GradientBlockF2 : GradientBlockF4)(g, xp, dyp, acc.data(), n0, images,
-                                                    concurrent, scratch);
+      (m == 2 ? GradientBlockF2 : GradientBlockF4)(g, xp, dyp, acc.get(), n0, images,
+                                                    blk == begin, concurrent, scratch);
     }
     std::lock_guard<std::mutex> lock(chunks_mutex);
     chunks.emplace_back(begin, std::move(acc));
   });
   std::sort(chunks.begin(), chunks.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<float>& total = chunks.front().second;
+  float* total = chunks.front().second.get();
   for (size_t i = 1; i < chunks.size(); ++i)
     for (size_t e = 0; e < points; ++e) total[e] += chunks[i].second[e];
   return m == 2 ? KernelFromPoints<2>(total, g.k, g.c, x.options())
