@@ -25,8 +25,9 @@ enum class WinogradTile { kNone, kF2, kF4 };
 
 // The tile size this convolution runs with, kNone where Winograd does not
 // apply or does not pay (a rule from bench/conv_bench.cc's measurements by
-// output size and image count). METAFUSE_WINOGRAD=0 turns it off, =f2 or
-// =f4 forces that tile wherever it applies.
+// channels, output size and image count). METAFUSE_WINOGRAD: unset, 1 or
+// auto, F(2x2) where it pays; fast, F(4x4) where it pays (faster, 20x the
+// rounding error); f2 or f4, that tile wherever it applies; 0, never.
 WinogradTile ChooseWinogradTile(const at::Tensor& input, const at::Tensor& weight,
                                 at::IntArrayRef stride, at::IntArrayRef padding,
                                 at::IntArrayRef dilation, int64_t groups);

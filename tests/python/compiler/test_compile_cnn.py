@@ -57,7 +57,7 @@ def test_classifier_matches_eager(make_model, x_shape, optimizer):
 
 def test_wide_float32_layers_run_winograd_and_match_a_float64_truth():
     """32-channel 3x3 layers with enough output pixels that the runtime
-    computes them (and their input and weight gradients) by Winograd's F(4x4)
+    computes them (and their input and weight gradients) by Winograd's F(2x2)
     (runtime/winograd_convolution.h): the compiled float32 meta-gradient
     stays as close to the float64 truth as eager float32's does."""
     torch.manual_seed(0)
