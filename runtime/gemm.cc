@@ -110,11 +110,19 @@ bool SameShape(const GemmShape& x, const GemmShape& y) {
 
 bool DirectBlasAvailable() { return FindBlas().sgemm != nullptr; }
 
-void RowMajorSgemm(bool trans_a, int m, int n, int k, const float* a, const float* b, float beta,
-                   float* c) {
+std::mutex& BlasMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+bool TryRowMajorSgemm(bool trans_a, int m, int n, int k, const float* a, const float* b,
+                      float beta, float* c) {
   const Blas& blas = FindBlas();
   TORCH_CHECK(blas.sgemm != nullptr, "metafuse: no BLAS sgemm_ is loaded in this process");
+  std::unique_lock<std::mutex> lock(BlasMutex(), std::try_to_lock);
+  if (!lock.owns_lock()) return false;
   RowMajorGemm<float>(blas.sgemm, trans_a, false, m, n, k, a, b, beta, c);
+  return true;
 }
 
 torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
@@ -255,6 +263,8 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan) {
     // One GEMM per task, one after another: the BLAS LibTorch loads here
     // (Debian's serial OpenBLAS) shares its work buffers between calls, so
     // concurrent calls from several threads corrupt each other's results.
+    // Programs on other threads (metafuse.vmap's parallel strategies) wait.
+    std::lock_guard<std::mutex> lock(BlasMutex());
     for (int64_t i = 0; i < products; ++i) {
       if (a.scalar_type() == at::kFloat) {
         RowMajorGemm<float>(blas.sgemm, fa, fb, rows_a, n, k, a.data_ptr<float>() + i * step_a,

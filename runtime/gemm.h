@@ -10,6 +10,8 @@
 
 #include <ATen/core/stack.h>
 
+#include <mutex>
+
 #include "runtime/program_code.h"
 
 namespace metafuse::runtime {
@@ -19,12 +21,19 @@ torch::jit::Operation MakeGemmOperation(const GemmPlan& plan);
 // True if the BLAS routines were found (for tests and reports).
 bool DirectBlasAvailable();
 
+// Debian's serial OpenBLAS shares its work buffers between calls: two
+// threads in it at once corrupt each other's results. Every direct BLAS
+// call of metafuse's runtime holds this mutex (the GEMM operation of a
+// program run on several threads at once, by metafuse.vmap's parallel
+// strategies, waits for it).
+std::mutex& BlasMutex();
+
 // Row-major dense C[m, n] = op(A) B + beta C (float32; op(A) = A [m, k],
 // or with trans_a A^T of A [k, m]) through that BLAS, for runtime kernels
 // built on products (runtime/winograd_convolution.cc); only where
-// DirectBlasAvailable(), and never from two threads at once (Debian's
-// serial OpenBLAS shares its work buffers between calls).
-void RowMajorSgemm(bool trans_a, int m, int n, int k, const float* a, const float* b, float beta,
-                   float* c);
+// DirectBlasAvailable(). Returns false, computing nothing, when another
+// thread holds BlasMutex() (the caller then takes runtime/small_gemm).
+bool TryRowMajorSgemm(bool trans_a, int m, int n, int k, const float* a, const float* b,
+                      float beta, float* c);
 
 }  // namespace metafuse::runtime

@@ -322,16 +322,15 @@ __attribute__((always_inline)) inline void InputTiles(const Geometry& g, int til
   }
 }
 
-// C = op(A) B + beta C. `concurrent`: other threads may be in the BLAS at
-// the same time; Debian's serial OpenBLAS shares its work buffers between
-// calls, so the product goes to runtime/small_gemm (per-thread scratch).
+// C = op(A) B + beta C. `concurrent`: this call's blocks run on several
+// threads, so the product goes to runtime/small_gemm (per-thread scratch);
+// Debian's serial OpenBLAS is not safe from two threads at once. Otherwise
+// the BLAS, unless another thread (a program of metafuse.vmap's parallel
+// strategies) is in it right now.
 inline void Product(bool concurrent, bool trans_a, int m, int n, int k, const float* a,
                     const float* b, float beta, float* c) {
-  if (concurrent) {
+  if (concurrent || !TryRowMajorSgemm(trans_a, m, n, k, a, b, beta, c))
     SmallGemm(trans_a, false, m, n, k, a, b, beta, c);
-  } else {
-    RowMajorSgemm(trans_a, m, n, k, a, b, beta, c);
-  }
 }
 
 void Reserve(Scratch& s, int points, int tiles, size_t image, size_t result, int c, int k) {
@@ -548,7 +547,7 @@ Geometry MakeGeometry(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k,
   return g;
 }
 
-// True where other threads may call the BLAS while these blocks run.
+// True where this call's blocks run on several threads at once.
 bool Concurrent(int blocks) {
   return at::in_parallel_region() || (blocks > 1 && at::get_num_threads() > 1);
 }

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "runtime/convolution.h"
+#include "runtime/gemm.h"
 
 namespace metafuse::runtime {
 namespace {
@@ -73,6 +75,18 @@ TEST(WinogradConvolution, MatchesTheDirectConvolution) {
   }
   }
   at::set_num_threads(1);
+}
+
+TEST(WinogradConvolution, ABusyBlasGivesTheSameResult) {
+  // Another thread in the BLAS (held here): the products go to
+  // runtime/small_gemm instead, with the same result.
+  at::manual_seed(4);
+  const at::Tensor x = at::randn({8, 32, 14, 14}), w = at::randn({32, 32, 3, 3});
+  const at::Tensor free_blas = Conv2dByWinograd(x, w, c10::nullopt, {1, 1}, WinogradTile::kF2);
+  std::lock_guard<std::mutex> busy(BlasMutex());
+  const at::Tensor busy_blas = Conv2dByWinograd(x, w, c10::nullopt, {1, 1}, WinogradTile::kF2);
+  EXPECT_TRUE(at::allclose(free_blas, busy_blas, 1e-5, 1e-5));
+  EXPECT_LT(RelativeError(x, w, c10::nullopt, {1, 1}, WinogradTile::kF2), 1e-6);
 }
 
 TEST(WinogradConvolution, TheInputGradientEqualsTheTransposedConvolution) {
