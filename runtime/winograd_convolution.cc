@@ -552,9 +552,11 @@ bool Concurrent(int blocks) {
   return at::in_parallel_region() || (blocks > 1 && at::get_num_threads() > 1);
 }
 
+// A float32 CPU tensor of 4 dims, not empty (an empty batch has no block
+// to sum), with 32-bit indices.
 bool PlainFloat(const at::Tensor& t) {
   return t.defined() && t.is_cpu() && t.scalar_type() == at::kFloat && !t.is_mkldnn() &&
-         !t.is_sparse() && t.dim() == 4 && t.numel() < (int64_t{1} << 31);
+         !t.is_sparse() && t.dim() == 4 && t.numel() > 0 && t.numel() < (int64_t{1} << 31);
 }
 
 }  // namespace

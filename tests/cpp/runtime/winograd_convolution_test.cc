@@ -194,6 +194,14 @@ TEST(WinogradConvolution, RefusesWhatItCannotCompute) {
                                 WinogradTile::kF2),
                c10::Error);
   EXPECT_THROW(Conv2dByWinograd(x, w, at::empty({3}), pad, WinogradTile::kF2), c10::Error);
+  // Empty tensors (no image, no channel) stay with ATen.
+  EXPECT_FALSE(WinogradApplies(at::empty({0, 16, 8, 8}), w, ones, pad, ones, 1));
+  EXPECT_EQ(ChooseWinogradWeightGradientTile(at::empty({0, 16, 8, 8}),
+                                             at::empty({0, 16, 8, 8}), pad),
+            WinogradTile::kNone);
+  EXPECT_THROW(WeightGradientByWinograd(at::empty({0, 16, 8, 8}), at::empty({0, 16, 8, 8}), pad,
+                                        WinogradTile::kF2),
+               c10::Error);
   // Weight gradients: the output gradient must be a 3x3 kernel's.
   EXPECT_EQ(ChooseWinogradWeightGradientTile(x, at::empty({2, 16, 7, 7}), pad),
             WinogradTile::kNone);
