@@ -145,7 +145,10 @@ int main() {
     const WinogradTile shown = weight_gradient ? gradient_tile : tile;
     const char* used = shown == WinogradTile::kF4   ? "Winograd F(4x4)"
                        : shown == WinogradTile::kF2 ? "Winograd F(2x2)"
-                       : chosen                    ? "GEMM"
+                       : backward_data && metafuse::runtime::IsInputGradientForm(
+                                              input, weight, one, none, s.groups, one)
+                           ? "convolution_backward"
+                       : chosen ? "GEMM"
                                                    : "ATen";
     if (winograd > 0) {
       // Against the kernel the program would run otherwise.

@@ -390,11 +390,13 @@ at::Tensor InputGradient(const at::Tensor& input, const at::Tensor& weight,
   if (weight.dim() == 4 && weight.size(2) == 3 && weight.size(3) == 3) {
     const int64_t pad_w = padding.size() > 1 ? padding[1] : padding[0];
     const std::vector<int64_t> flipped_padding = {2 - padding[0], 2 - pad_w};
-    const at::Tensor flipped = weight.transpose(0, 1).flip({2, 3});
+    // The choice reads shapes only: the swapped view, flipped (a copy) only
+    // when Winograd runs.
+    const at::Tensor swapped = weight.transpose(0, 1);
     const WinogradTile tile =
-        ChooseWinogradTile(input, flipped, ones, flipped_padding, ones, /*groups=*/1);
+        ChooseWinogradTile(input, swapped, ones, flipped_padding, ones, /*groups=*/1);
     if (tile != WinogradTile::kNone)
-      return Conv2dByWinograd(input, flipped, c10::nullopt, flipped_padding, tile);
+      return Conv2dByWinograd(input, swapped.flip({2, 3}), c10::nullopt, flipped_padding, tile);
   }
   return InputGradientByConvolutionBackward(input, weight, padding);
 }
