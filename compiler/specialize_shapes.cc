@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
+#include "compiler/lower_fusion_group.h"
 #include "compiler/lower_to_program.h"
 
 namespace metafuse::compiler {
@@ -59,6 +60,38 @@ Value* IdentityOf(Node* node) {
   return nullptr;
 }
 
+// zeros_like(x) read by ops that are not fused (a pooling gradient's
+// scatter_add) needs only x's type: a fresh aten::zeros of that type lets
+// x go (otherwise a backward recomputes or keeps a whole activation just
+// for its shape). Read by fused kernels it stays: there it costs nothing.
+bool FoldZerosLike(torch::jit::Graph* graph, Node* node) {
+  if (node->kind() != aten::zeros_like) return false;
+  const auto out = CompleteTensorType(node->output());
+  if (!out || !out->device() || !out->scalarType()) return false;
+  const auto sizes = *out->sizes().concrete_sizes();
+  const auto strides = *out->strides().concrete_sizes();
+  int64_t expected = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] != 1 && strides[d] != expected) return false;  // zeros would be contiguous
+    expected *= sizes[d];
+  }
+  for (const torch::jit::Use& use : node->output()->uses()) {
+    if (IsFusibleNode(use.user)) return false;
+  }
+  torch::jit::WithInsertPoint guard(node);
+  const c10::IValue none;
+  Value* zeros = graph->insertNode(graph->create(aten::zeros,
+                                                 {graph->insertConstant(c10::IValue(sizes)),
+                                                  graph->insertConstant(*out->scalarType()),
+                                                  graph->insertConstant(none),
+                                                  graph->insertConstant(*out->device()),
+                                                  graph->insertConstant(none)}))
+                      ->output()
+                      ->setType(out);
+  node->output()->replaceAllUsesWith(zeros);
+  return true;
+}
+
 }  // namespace
 
 c10::TensorTypePtr CompleteTensorType(const Value* value) {
@@ -99,6 +132,8 @@ ShapeSpecialization SpecializeShapes(const std::shared_ptr<torch::jit::Graph>& g
     if (Value* same = IdentityOf(*it)) {
       it->output()->replaceAllUsesWith(same);
       ++result.identities_removed;
+    } else if (FoldZerosLike(graph.get(), *it)) {
+      ++result.shape_queries_folded;
     }
   }
   torch::jit::EliminateDeadCode(graph);

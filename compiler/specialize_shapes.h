@@ -8,6 +8,8 @@
 //      complete TensorType (sizes, strides, dtype, device),
 //   2. replaces the shape queries (aten::size, aten::numel, aten::dim) by
 //      constants and folds the integer arithmetic built on them,
+//      Likewise a zeros_like that no fusible elementwise op reads becomes aten::zeros
+//      of the recorded type (it read its input only for the shape),
 //   3. removes shape ops that became identities: sum_to_size and expand to
 //      the shape the value already has, type_as to the dtype it already has,
 //      reshape/view to its own shape, contiguous of a contiguous value.

@@ -257,6 +257,48 @@ graph(%a : Tensor, %f : Tensor):
   }
 }
 
+TEST(SpecializeShapes, ZerosLikeReadOnlyByAScatterBecomesZerosOfItsType) {
+  // A pooling gradient's pattern: zeros_like(relu(x)) read by scatter_add
+  // needs only the shape, so relu(x) dies. A zeros_like read by an
+  // elementwise op, or of a transposed (non-contiguous) value, stays.
+  auto graph = ParseGraph(R"IR(
+graph(%x : Tensor, %index : Tensor, %src : Tensor, %b : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %none : NoneType = prim::Constant()
+  %zero : int = prim::Constant[value=0]()
+  %r : Tensor = aten::relu(%x)
+  %z : Tensor = aten::zeros_like(%r, %none, %none, %none, %none, %none)
+  %s : Tensor = aten::scatter_add(%z, %one, %index, %src)
+  %zb : Tensor = aten::zeros_like(%b, %none, %none, %none, %none, %none)
+  %sum : Tensor = aten::add(%zb, %b, %one)
+  %bt : Tensor = aten::t(%b)
+  %zt : Tensor = aten::zeros_like(%bt, %none, %none, %none, %none, %none)
+  %st : Tensor = aten::scatter_add(%zt, %zero, %index, %src)
+  return (%s, %sum, %st)
+)IR");
+  torch::manual_seed(4);
+  std::vector<c10::IValue> inputs = {Randn({3, 3}), torch::randint(0, 3, {3, 3}),
+                                     Randn({3, 3}), Randn({3, 3})};
+  auto reference = RunPlain(graph->copy(), inputs);
+  ShapeSpecialization result = SpecializeShapes(graph, inputs);
+  graph->lint();
+  EXPECT_EQ(Count(*graph, "aten::relu"), 0u) << *graph;
+  auto zeros = NodesOf(*graph, "aten::zeros");
+  ASSERT_EQ(zeros.size(), 1u) << *graph;
+  EXPECT_EQ(torch::jit::toIValue(zeros[0]->input(0))->toIntVector(), (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(NodesOf(*graph, "aten::scatter_add")[0]->input(0), zeros[0]->output()) << *graph;
+  auto kept = NodesOf(*graph, "aten::zeros_like");
+  ASSERT_EQ(kept.size(), 2u) << *graph;
+  EXPECT_EQ(kept[0]->input(0), graph->inputs()[3]) << *graph;
+  EXPECT_EQ(kept[1]->input(0)->node()->kind(), torch::jit::aten::t) << *graph;
+  auto got = RunPlain(graph, inputs);
+  ASSERT_EQ(got.size(), reference.size());
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(torch::equal(got[k], reference[k]));
+  for (size_t k = 0; k < got.size(); ++k) {
+    EXPECT_TRUE(torch::equal(result.outputs[k].toTensor(), reference[k]));
+  }
+}
+
 // ================================================================ FuseElementwise
 
 TEST(FuseElementwise, ChainBecomesOneGroup) {
