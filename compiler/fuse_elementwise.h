@@ -12,6 +12,14 @@
 //     after the group (so the graph stays in topological order),
 //   - a comparison's bool result is read only inside the group, by type_as or
 //     where's condition.
+// A reduction that follows (sum / mean / sum_to_size of a group value of
+// the loop shape, float, on the CPU, to a result that broadcasts back as one
+// of the kernel's access forms) no longer blocks a producer: the group takes
+// it over as an epilogue when every reader of its result comes after the
+// group, and sums as it runs (fusion_group.h), on loops of 8192 elements
+// or more (below, a separate sum is as fast); a value only such reductions
+// read is never written whole. This is how BatchNorm's many per-channel sums
+// of a conv activation stop costing a pass over memory each.
 // Groups of fewer than two computing ops (expand and constants-like ops do not
 // count) are left as they are: one ATen call is as fast.
 #pragma once
@@ -25,8 +33,12 @@ namespace metafuse::compiler {
 struct FusionStats {
   int64_t groups = 0;
   int64_t fused_nodes = 0;
+  int64_t reductions = 0;  // taken over as epilogues
 };
 
-FusionStats FuseElementwise(const std::shared_ptr<torch::jit::Graph>& graph);
+// `fuse_reductions` false: reductions stay outside the groups (and block
+// producers as any earlier reader does).
+FusionStats FuseElementwise(const std::shared_ptr<torch::jit::Graph>& graph,
+                            bool fuse_reductions = true);
 
 }  // namespace metafuse::compiler

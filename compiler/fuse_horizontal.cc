@@ -105,7 +105,11 @@ HorizontalFusionStats FuseHorizontally(const std::shared_ptr<torch::jit::Graph>&
     merged = false;
     std::map<std::string, std::vector<Node*>> by_kernel;  // in graph order
     for (Node* node : graph->nodes()) {
-      if (node->kind() != FusionGroupKind() || node->hasAttribute(SegmentsAttr())) continue;
+      // A group that sums as it runs launches alone (its reductions are per group).
+      if (node->kind() != FusionGroupKind() || node->hasAttribute(SegmentsAttr()) ||
+          node->hasAttribute(ReduceAttr())) {
+        continue;
+      }
       auto it = kernel_of.find(node);
       if (it == kernel_of.end()) {
         auto plan = LowerFusionGroup(node);

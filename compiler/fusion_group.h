@@ -11,6 +11,15 @@
 // Buffer planning (plan_buffers.h) sets attr `reuse`: per output (of one
 // segment) the input whose buffer it may take when that input is uniquely
 // owned at run time, or -1.
+// A group may also sum some of its values (fuse_elementwise.h: reductions
+// that follow elementwise work): attr `reduce` lists, per reduction, four
+// ints {subgraph output, access, inner, mid}: the reduced element of loop
+// index i is where an input of that access reads i (codegen::kir::Access);
+// attr `reduce_scale` its factor per reduction (1 for a sum, 1/count for a
+// mean). The node's outputs are the subgraph's, then one per reduction. The
+// last `scratch` subgraph outputs are read by the reductions alone: the
+// launch keeps them in a per-thread block, never a whole tensor, and their
+// node outputs are left unused. Such a group has one segment.
 #pragma once
 
 #include <ATen/core/interned_strings.h>
@@ -27,6 +36,19 @@ inline c10::Symbol SegmentsAttr() {
 }
 inline c10::Symbol ReuseAttr() {
   static const c10::Symbol attr = c10::Symbol::attr("reuse");
+  return attr;
+}
+
+inline c10::Symbol ReduceAttr() {
+  static const c10::Symbol attr = c10::Symbol::attr("reduce");
+  return attr;
+}
+inline c10::Symbol ReduceScaleAttr() {
+  static const c10::Symbol attr = c10::Symbol::attr("reduce_scale");
+  return attr;
+}
+inline c10::Symbol ScratchAttr() {
+  static const c10::Symbol attr = c10::Symbol::attr("scratch");
   return attr;
 }
 

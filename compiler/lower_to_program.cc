@@ -245,10 +245,29 @@ class Lowering {
       plan.numel.push_back(*first->type()->expectRef<c10::TensorType>().numel());
     }
     if (group->hasAttribute(ReuseAttr())) plan.reuse = group->is(ReuseAttr());
-    plan.reuse.resize(group->outputs().size(), -1);
+    plan.reuse.resize(plan.segments * outputs_per_segment, -1);
+    if (group->hasAttribute(ReduceAttr())) {
+      const std::vector<int64_t> reduce = group->is(ReduceAttr());
+      const std::vector<double> scales = group->fs(ReduceScaleAttr());
+      TORCH_CHECK(plan.segments == 1 && reduce.size() == 4 * scales.size() &&
+                      group->outputs().size() == outputs_per_segment + scales.size(),
+                  "metafuse lowering: inconsistent reductions of fusion group ", fused.kernel.name);
+      for (size_t r = 0; r < scales.size(); ++r) {
+        runtime::LaunchPlan::Reduction red;
+        red.source = reduce[4 * r];
+        red.access = reduce[4 * r + 1];
+        red.inner = reduce[4 * r + 2];
+        red.mid = reduce[4 * r + 3];
+        red.scale = scales[r];
+        red.out_sizes = ConcreteSizes(group->output(outputs_per_segment + r));
+        plan.reductions.push_back(std::move(red));
+      }
+      plan.scratch = group->hasAttribute(ScratchAttr()) ? group->i(ScratchAttr()) : 0;
+    }
     // Profiles show the kernel (and its segment count) instead of the node kind.
     *name = fused.kernel.name.substr(0, 14) +
-            (plan.segments > 1 ? "[x" + std::to_string(plan.segments) + "]" : "");
+            (plan.segments > 1 ? "[x" + std::to_string(plan.segments) + "]" : "") +
+            (plan.reductions.empty() ? "" : "+sum" + std::to_string(plan.reductions.size()));
     code_.launches.push_back(std::move(plan));
     return static_cast<int64_t>(code_.launches.size()) - 1;
   }

@@ -77,12 +77,13 @@ runtime::ProgramCode FuseAndLower(std::shared_ptr<Graph> graph, const std::strin
     RankOneProductsToMultiplies(graph);  // before GEMMs: outer products fuse
     report->gemms = LowerMatmulToGemm(graph);
     BroadcastExpandedOperands(graph);  // before fusion: kernels read the sources
-    const FusionStats vertical = FuseElementwise(graph);
+    const FusionStats vertical = FuseElementwise(graph, options.reduction_fusion);
     const HorizontalFusionStats horizontal = FuseHorizontally(graph);
     report->fusion_groups = vertical.groups;
     report->fused_nodes = vertical.fused_nodes;
     report->horizontal_nodes = horizontal.merged_nodes;
     report->horizontal_segments = horizontal.segments;
+    report->fused_reductions = vertical.reductions;
     if (options.buffer_reuse) report->planned_reuses = PlanBuffers(graph);
     code = LowerToProgram(*graph, label, {.plain_reductions = true});
     runtime::LoadKernels(code);  // a kernel that does not compile falls back here

@@ -59,9 +59,11 @@ int64_t PlanBuffers(const std::shared_ptr<torch::jit::Graph>& graph) {
     for (const Value* in : node->inputs()) ++occurrences[in];
     std::vector<int64_t> reuse(node->outputs().size(), -1);
     const std::vector<bool> read_by_all = ReadByEveryOutput(node);
+    // Scratch outputs (fusion_group.h) are never whole tensors: nothing to reuse.
+    const size_t scratch = node->hasAttribute(ScratchAttr()) ? node->i(ScratchAttr()) : 0;
     for (int64_t s = 0; s < segments; ++s) {
       std::vector<bool> claimed(nin, false);
-      for (size_t o = 0; o < nout; ++o) {
+      for (size_t o = 0; o + scratch < nout; ++o) {
         auto out = CompleteTensorType(node->output(s * nout + o));
         if (!out) continue;
         for (size_t i = 0; i < nin; ++i) {

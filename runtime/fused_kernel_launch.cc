@@ -14,6 +14,7 @@
 #include "runtime/jit_kernel.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/kernel_target.h"
+#include "runtime/reducing_launch.h"
 
 namespace metafuse::runtime {
 namespace {
@@ -251,6 +252,56 @@ void RunOnCuda(const Launch& l, torch::jit::Stack& stack, size_t base, c10::Devi
   for (auto& out : outputs) stack.emplace_back(std::move(out));
 }
 
+// Binds one segment's inputs (from stack[first]) of a host launch: tensor
+// pointers and scalar values. Inputs are checked, and made contiguous
+// unless `any_layout` (the launch runs over a shared memory order).
+void BindHostInputs(const Launch& l, torch::jit::Stack& stack, size_t first, bool any_layout,
+                    const void** in_ptrs, double* scalars,
+                    absl::InlinedVector<at::Tensor, 2>* keep) {
+  const LaunchPlan& p = l.plan;
+  for (size_t i = 0; i < l.inputs_per_segment; ++i) {
+    c10::IValue& v = stack[first + i];
+    if (!p.is_tensor[i]) {
+      scalars[p.binding[i]] = v.toScalar().toDouble();
+      continue;
+    }
+    at::Tensor t = v.toTensor();
+    TORCH_CHECK(t.scalar_type() == p.input_dtypes[i] && t.device().is_cpu(), "fused kernel ",
+                l.kernel->code().name, ": input ", i, " is ", t.toString(),
+                ", expected the specialized dtype on the CPU");
+    if (!any_layout && !t.is_contiguous()) {
+      t = t.contiguous();
+      keep->push_back(t);
+    }
+    in_ptrs[p.binding[i]] = t.data_ptr();
+  }
+}
+
+// The host launch of a kernel that sums some of its outputs
+// (runtime/reducing_launch.h): one segment, inputs in their logical order
+// (the reductions address elements by loop index), scratch outputs
+// undefined on the stack, then one tensor per reduction.
+void RunReducingOnHost(const Launch& l, torch::jit::Stack& stack, size_t base) {
+  const LaunchPlan& p = l.plan;
+  absl::InlinedVector<at::Tensor, 8> outputs(l.outputs_per_segment);
+  absl::InlinedVector<at::Tensor, 2> keep;
+  absl::InlinedVector<const void*, 16> in_ptrs(l.num_kernel_inputs);
+  absl::InlinedVector<void*, 8> out_ptrs(l.outputs_per_segment, nullptr);
+  absl::InlinedVector<double, 4> scalars(l.num_scalars);
+  BindHostInputs(l, stack, base, /*any_layout=*/false, in_ptrs.data(), scalars.data(), &keep);
+  const size_t whole = l.outputs_per_segment - static_cast<size_t>(p.scratch);
+  for (size_t o = 0; o < whole; ++o) {
+    outputs[o] = OutputBuffer(stack, base, p, 0, o, o, c10::nullopt, c10::kCPU);
+    out_ptrs[o] = outputs[o].data_ptr();
+  }
+  std::vector<at::Tensor> sums =
+      RunReducing(*l.kernel, p.numel[0], in_ptrs.data(), out_ptrs.data(), scalars.data(),
+                  p.output_dtypes, p.reductions);
+  stack.resize(base);
+  for (auto& out : outputs) stack.emplace_back(std::move(out));
+  for (auto& sum : sums) stack.emplace_back(std::move(sum));
+}
+
 }  // namespace
 
 FusedKernelStats GetFusedKernelStats() {
@@ -313,6 +364,11 @@ torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const Launch
   launch->num_kernel_inputs = code.input_dtypes.size();
   launch->num_scalars = static_cast<size_t>(code.num_scalars);
   launch->plan.reuse.resize(launch->outputs_per_segment * plan.segments, -1);
+  TORCH_CHECK(plan.reductions.empty() ||
+                  (plan.segments == 1 && code.cuda_source.empty() && plan.scratch >= 0 &&
+                   static_cast<size_t>(plan.scratch) <= launch->outputs_per_segment),
+              "metafuse: launch plan of kernel ", code.name,
+              ": reductions need one segment of a host kernel");
 
   return [launch](torch::jit::Stack& stack) {
     const Launch& l = *launch;
@@ -325,6 +381,7 @@ torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const Launch
       TORCH_CHECK(target.ok(), "metafuse: ", target.status().message());
       if (*target == KernelTarget::kCuda) return RunOnCuda(l, stack, base, device);
     }
+    if (!p.reductions.empty()) return RunReducingOnHost(l, stack, base);
     // On the stack for the usual sizes: a launch is a few microseconds.
     absl::InlinedVector<at::Tensor, 8> outputs(l.outputs_per_segment * p.segments);
     absl::InlinedVector<at::Tensor, 2> keep;  // contiguous copies, alive until the launch ends
@@ -334,22 +391,7 @@ torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const Launch
     for (int64_t s = 0; s < p.segments; ++s) {
       const size_t first = base + s * l.inputs_per_segment;
       const auto layout = SharedDenseStrides(stack, first, p, l.kernel->code(), p.out_sizes[s]);
-      for (size_t i = 0; i < l.inputs_per_segment; ++i) {
-        c10::IValue& v = stack[first + i];
-        if (p.is_tensor[i]) {
-          at::Tensor t = v.toTensor();
-          TORCH_CHECK(t.scalar_type() == p.input_dtypes[i] && t.device().is_cpu(),
-                      "fused kernel ", l.kernel->code().name, ": input ", i, " is ",
-                      t.toString(), ", expected the specialized dtype on the CPU");
-          if (!layout && !t.is_contiguous()) {
-            t = t.contiguous();
-            keep.push_back(t);
-          }
-          in_ptrs[p.binding[i]] = t.data_ptr();
-        } else {
-          scalars[p.binding[i]] = v.toScalar().toDouble();
-        }
-      }
+      BindHostInputs(l, stack, first, layout.has_value(), in_ptrs.data(), scalars.data(), &keep);
       for (size_t o = 0; o < l.outputs_per_segment; ++o) {
         const size_t index = s * l.outputs_per_segment + o;
         at::Tensor out = OutputBuffer(stack, base, p, s, o, index, layout, c10::kCPU);

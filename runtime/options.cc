@@ -23,6 +23,7 @@ Options OptionsFromEnvironment() {
   Options o;
   o.fusion = !flag("METAFUSE_DISABLE_FUSION");
   o.buffer_reuse = !flag("METAFUSE_DISABLE_BUFFER_REUSE");
+  o.reduction_fusion = !flag("METAFUSE_DISABLE_REDUCTION_FUSION");
   o.optimizer_elimination = !flag("METAFUSE_DISABLE_OPTIMIZER_ELIMINATION");
   o.dump_ir = text("METAFUSE_DUMP_IR");
   o.time_stages = flag("METAFUSE_TIME_STAGES");

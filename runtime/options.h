@@ -13,6 +13,7 @@ namespace metafuse::runtime {
 struct Options {
   bool fusion = true;                  // METAFUSE_DISABLE_FUSION turns it off
   bool buffer_reuse = true;            // METAFUSE_DISABLE_BUFFER_REUSE
+  bool reduction_fusion = true;        // METAFUSE_DISABLE_REDUCTION_FUSION
   bool optimizer_elimination = true;   // METAFUSE_DISABLE_OPTIMIZER_ELIMINATION
   std::string dump_ir;                 // METAFUSE_DUMP_IR: "" off, "1" stderr, else a directory
   bool time_stages = false;            // METAFUSE_TIME_STAGES

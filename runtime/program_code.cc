@@ -141,6 +141,12 @@ std::string Dump(const ProgramCode& code) {
     List(os, l.numel);
     os << " reuse ";
     List(os, l.reuse);
+    for (const LaunchPlan::Reduction& r : l.reductions) {
+      os << " sum(out " << r.source << ", access " << r.access << ", inner " << r.inner
+         << ", mid " << r.mid << ", scale " << r.scale << ") -> ";
+      List(os, r.out_sizes);
+    }
+    if (l.scratch > 0) os << " scratch " << l.scratch;
     os << "\n";
   }
   for (size_t k = 0; k < code.gemms.size(); ++k) {

@@ -68,6 +68,20 @@ struct LaunchPlan {
   // Per output over all segments: the instruction input whose buffer it may
   // take when that input is uniquely owned at run time, or -1.
   std::vector<int64_t> reuse;
+  // Sums of kernel outputs taken while the kernel runs (one segment only):
+  // element i of output `source` adds to element j of the result, j being
+  // where a kernel input of `access` (codegen::kir::Access numbering) with
+  // `inner` and `mid` reads i; the sum is multiplied by `scale` (a mean).
+  // The instruction's outputs are the kernel's, then one per reduction.
+  struct Reduction {
+    int64_t source = 0, access = 1, inner = 1, mid = 1;
+    double scale = 1.0;
+    std::vector<int64_t> out_sizes;
+  };
+  std::vector<Reduction> reductions;
+  // The last `scratch` kernel outputs only feed the reductions: never
+  // materialized (their instruction outputs are undefined tensors).
+  int64_t scratch = 0;
 };
 
 // C = op(A) op(B) (+ acc when `accumulate`: a third input).

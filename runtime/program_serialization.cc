@@ -14,7 +14,7 @@ using List = c10::impl::GenericList;
 constexpr const char* kMagic = "metafuse-program";
 // 2: wrapped-number flags; 3: kernels' host object code; 4: kernels' CUDA
 // source; 5: programs' C++/OpenMP shared objects
-constexpr int64_t kFormat = 5;
+constexpr int64_t kFormat = 6;  // 6: launches' reductions and scratch outputs
 
 // ---- writing: every struct is a list of its fields, in declaration order.
 
@@ -69,6 +69,16 @@ IValue Write(const LaunchPlan& p) {
   for (const auto& s : p.out_sizes) sizes.push_back(Ints(s));
   l.push_back(sizes);
   l.push_back(Ints(p.reuse));
+  List reductions = NewList();
+  for (const LaunchPlan::Reduction& r : p.reductions) {
+    List item = NewList();
+    item.push_back(Ints({r.source, r.access, r.inner, r.mid}));
+    item.push_back(r.scale);
+    item.push_back(Ints(r.out_sizes));
+    reductions.push_back(item);
+  }
+  l.push_back(reductions);
+  l.push_back(p.scratch);
   return l;
 }
 
@@ -156,6 +166,11 @@ class Reader {
     if (v.isBool()) return v.toBool();
     if (v.isInt()) return v.toInt() != 0;
     throw Bad(Here() + " is not a boolean");
+  }
+  double Double(const char* field) {
+    const IValue& v = Next(field);
+    if (!v.isDouble()) throw Bad(Here() + " is not a number");
+    return v.toDouble();
   }
   std::string String(const char* field) {
     const IValue& v = Next(field);
@@ -270,6 +285,19 @@ LaunchPlan ReadLaunch(Reader& r) {
     p.out_sizes.push_back(items.get(i).toIntVector());
   }
   p.reuse = r.Ints("reuse");
+  p.reductions = r.Each<LaunchPlan::Reduction>("reductions", [](Reader& item) {
+    LaunchPlan::Reduction red;
+    const std::vector<int64_t> form = item.Ints("form");
+    if (form.size() != 4 || form[0] < 0 || form[1] < 1 || form[1] > 5 || form[2] < 1 ||
+        form[3] < 1) {
+      throw Reader::Bad(item.Here() + ": expected {source >= 0, access 1-5, inner >= 1, mid >= 1}");
+    }
+    red.source = form[0], red.access = form[1], red.inner = form[2], red.mid = form[3];
+    red.scale = item.Double("scale");
+    red.out_sizes = item.Ints("out_sizes");
+    return red;
+  });
+  p.scratch = r.Int("scratch");
   return p;
 }
 

@@ -20,11 +20,13 @@
 #include "runtime/fused_kernel_launch.h"
 #include "compiler/fusion_group.h"
 #include "compiler/lower_fusion_group.h"
+#include "compiler/lower_to_program.h"
 #include "compiler/plan_buffers.h"
 #include "compiler/specialize_shapes.h"
 #include "tests/cpp/compiler/specialized_runner.h"
 #include "compiler/codegen/kernel_ir.h"
 #include "runtime/program.h"
+#include "runtime/program_serialization.h"
 
 namespace metafuse::compiler {
 namespace {
@@ -78,12 +80,12 @@ std::vector<at::Tensor> RunFused(const std::shared_ptr<Graph>& graph,
 }
 
 void ExpectAllClose(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
-                    double tol = 1e-12) {
+                    double tol = 1e-12, double rtol = 0.0) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < got.size(); ++k) {
     ASSERT_EQ(got[k].sizes(), want[k].sizes()) << "output " << k;
     ASSERT_EQ(got[k].scalar_type(), want[k].scalar_type()) << "output " << k;
-    EXPECT_TRUE(torch::allclose(got[k], want[k], 0.0, tol))
+    EXPECT_TRUE(torch::allclose(got[k], want[k], rtol, tol))
         << "output " << k << "\n got " << got[k] << "\n want " << want[k];
   }
 }
@@ -113,13 +115,15 @@ Node* OnlyGroup(Graph& graph) {
 }
 
 // The fused graph (kernels compiled) computes what the graph before the
-// passes does, and leaves the inputs the caller holds as they were.
-void ExpectFusedMatchesPlain(const Fused& f, const std::vector<c10::IValue>& inputs) {
+// passes does, and leaves the inputs the caller holds as they were. Sums
+// (reduction epilogues) add in another order: `rtol` > 0 allows for it.
+void ExpectFusedMatchesPlain(const Fused& f, const std::vector<c10::IValue>& inputs,
+                             double rtol = 0.0) {
   std::vector<at::Tensor> held;
   for (const c10::IValue& v : inputs) {
     if (v.isTensor()) held.push_back(v.toTensor().clone());
   }
-  ExpectAllClose(RunFused(f.graph, inputs), RunPlain(f.original, inputs));
+  ExpectAllClose(RunFused(f.graph, inputs), RunPlain(f.original, inputs), 1e-12, rtol);
   size_t k = 0;
   for (const c10::IValue& v : inputs) {
     if (v.isTensor()) {
@@ -572,6 +576,173 @@ TEST(FuseElementwise, ComparisonReadOutsideIsDuplicated) {
   EXPECT_TRUE(torch::equal(got[1], want[1]));
 }
 
+// ================================================================ reduction epilogues
+
+// BatchNorm's backward in small: per-channel sums of elementwise work on an
+// NCHW value (sum_to_size and sum over dims), a mean over everything, and a
+// value only a sum reads.
+const char* kChannelSums = R"IR(
+graph(%x : Tensor, %g : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %two : float = prim::Constant[value=2.]()
+  %false : bool = prim::Constant[value=0]()
+  %none : NoneType = prim::Constant()
+  %dims : int[] = prim::Constant[value=[0, 2, 3]]()
+  %cs : int[] = prim::Constant[value=[1, 3, 1, 1]]()
+  %y : Tensor = aten::mul(%x, %g)
+  %y1 : Tensor = aten::add(%y, %x, %one)
+  %p : Tensor = aten::mul(%y1, %x)
+  %s_p : Tensor = aten::sum_to_size(%p, %cs)
+  %s_y : Tensor = aten::sum(%y1, %dims, %false, %none)
+  %m : Tensor = aten::mean(%y1, %none)
+  %z : Tensor = aten::mul(%y1, %two)
+  return (%z, %s_p, %s_y, %m)
+)IR";
+
+TEST(ReductionEpilogues, ChannelSumsRunInsideTheGroupThatMakesTheirInput) {
+  // Planes of 9797 elements cross the launch's 8192-element blocks; 3 x 3
+  // planes take the per-period path; both loops are long enough to run on
+  // several threads.
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{2, 3, 97, 101}, {1500, 3, 3, 3}, {4, 3, 30, 30}}) {
+    torch::manual_seed(21);
+    std::vector<c10::IValue> inputs = {Randn(shape), Randn({1, 3, 1, 1})};
+    Fused f = SpecializeAndFuse(kChannelSums, inputs);
+    Node* group = OnlyGroup(*f.graph);
+    ASSERT_NE(group, nullptr);
+    EXPECT_EQ(f.stats.reductions, 3);
+    EXPECT_EQ(Count(*f.graph, "aten::sum_to_size") + Count(*f.graph, "aten::sum") +
+                  Count(*f.graph, "aten::mean"),
+              0u)
+        << *f.graph;
+    // Outputs: z, then p (read by its sum alone: scratch), then the three sums.
+    ASSERT_EQ(group->outputs().size(), 5u) << *f.graph;
+    EXPECT_EQ(group->i(ScratchAttr()), 1);
+    EXPECT_FALSE(group->output(1)->hasUses());
+    // sum_to_size and sum over (0, 2, 3): per channel (periodic access, plane
+    // inner, 3 channels); the mean: everything, scaled by 1 / numel.
+    const int64_t plane = shape[2] * shape[3];
+    // In the order of their sources: y1's sum and mean, then p's sum_to_size.
+    const int64_t periodic = static_cast<int64_t>(kir::Access::kPeriodic);
+    const int64_t all = static_cast<int64_t>(kir::Access::kBroadcast);
+    EXPECT_EQ(group->is(ReduceAttr()),
+              (std::vector<int64_t>{0, periodic, plane, 3, 0, all, 1, 1, 1, periodic, plane, 3}))
+        << *f.graph;
+    EXPECT_EQ(group->fs(ReduceScaleAttr()),
+              (std::vector<double>{1.0, 1.0 / (shape[0] * 3 * plane), 1.0}));
+    for (int threads : {1, 2}) {
+      at::set_num_threads(threads);
+      ExpectFusedMatchesPlain(f, inputs, 1e-13);
+    }
+    at::set_num_threads(1);
+  }
+}
+
+TEST(ReductionEpilogues, RowColumnAndPerTaskSumsOfMatrices) {
+  // [M, C] -> [C] (inner), [M, 1] (outer); [T, R, C] -> [T, 1, C] (middle).
+  auto graph = R"IR(
+graph(%a : Tensor, %b : Tensor, %t : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %true : bool = prim::Constant[value=1]()
+  %none : NoneType = prim::Constant()
+  %rows : int[] = prim::Constant[value=[300]]()
+  %cols : int[] = prim::Constant[value=[1]]()
+  %mid : int[] = prim::Constant[value=[1]]()
+  %y : Tensor = aten::mul(%a, %b)
+  %e : Tensor = aten::exp(%y)
+  %r : Tensor = aten::sum_to_size(%e, %rows)
+  %c : Tensor = aten::sum(%e, %cols, %true, %none)
+  %u : Tensor = aten::mul(%t, %t)
+  %v : Tensor = aten::neg(%u)
+  %w : Tensor = aten::sum(%v, %mid, %true, %none)
+  return (%r, %c, %w)
+)IR";
+  torch::manual_seed(22);
+  std::vector<c10::IValue> inputs = {Randn({200, 300}), Randn({200, 300}), Randn({7, 60, 50})};
+  Fused f = SpecializeAndFuse(graph, inputs);
+  auto groups = Groups(*f.graph);
+  ASSERT_EQ(groups.size(), 2u) << *f.graph;
+  EXPECT_EQ(f.stats.reductions, 3);
+  for (Node* g : groups) EXPECT_EQ(g->i(ScratchAttr()), 1) << *f.graph;
+  for (int threads : {1, 2}) {
+    at::set_num_threads(threads);
+    ExpectFusedMatchesPlain(f, inputs, 1e-13);
+  }
+  at::set_num_threads(1);
+}
+
+TEST(ReductionEpilogues, ASumIsNeverInsideTheGroupThatReadsItNorWhenDisabled) {
+  // s is read by z: it must be complete before z's loop runs, so it cannot
+  // join z's group; it joins the group of its source y (mul) instead, which
+  // keeps y whole (z reads it too).
+  const std::string ir = R"IR(
+graph(%x : Tensor):
+  %two : float = prim::Constant[value=2.]()
+  %none : NoneType = prim::Constant()
+  %y : Tensor = aten::mul(%x, %two)
+  %s : Tensor = aten::sum(%y, %none)
+  %z : Tensor = aten::mul(%y, %s)
+  %w : Tensor = aten::neg(%z)
+  return (%w)
+)IR";
+  torch::manual_seed(23);
+  std::vector<c10::IValue> inputs = {Randn({100, 100})};
+  Fused f = SpecializeAndFuse(ir, inputs);
+  EXPECT_EQ(f.stats.reductions, 1);
+  EXPECT_EQ(Count(*f.graph, "aten::sum"), 0u) << *f.graph;
+  auto groups = Groups(*f.graph);
+  ASSERT_EQ(groups.size(), 2u) << *f.graph;
+  ASSERT_TRUE(groups[0]->hasAttribute(ReduceAttr())) << *f.graph;
+  EXPECT_EQ(groups[0]->i(ScratchAttr()), 0);
+  EXPECT_FALSE(groups[1]->hasAttribute(ReduceAttr())) << *f.graph;
+  EXPECT_EQ(groups[1]->input(0), groups[0]->output(0)) << *f.graph;
+  EXPECT_EQ(groups[1]->input(1), groups[0]->output(1)) << *f.graph;
+  ExpectFusedMatchesPlain(f, inputs, 1e-13);
+
+  // The switch (METAFUSE_DISABLE_REDUCTION_FUSION) leaves every sum outside.
+  auto graph = ParseGraph(kChannelSums);
+  std::vector<c10::IValue> channel_inputs = {Randn({4, 3, 30, 30}), Randn({1, 3, 1, 1})};
+  SpecializeShapes(graph, channel_inputs);
+  FusionStats stats = FuseElementwise(graph, /*fuse_reductions=*/false);
+  EXPECT_EQ(stats.reductions, 0);
+  EXPECT_EQ(Count(*graph, "aten::sum_to_size"), 1u) << *graph;
+  for (Node* g : Groups(*graph)) EXPECT_FALSE(g->hasAttribute(ReduceAttr())) << *graph;
+
+  // Loops under 8192 elements keep their sums apart (as fast, and a
+  // summing launch costs a little more).
+  Fused small = SpecializeAndFuse(kChannelSums, {Randn({2, 3, 4, 5}), Randn({1, 3, 1, 1})});
+  EXPECT_EQ(small.stats.reductions, 0);
+  EXPECT_EQ(Count(*small.graph, "aten::sum_to_size"), 1u) << *small.graph;
+}
+
+TEST(ReductionEpilogues, LaunchPlansRoundTripThroughTheProgramFormat) {
+  torch::manual_seed(24);
+  std::vector<c10::IValue> inputs = {Randn({4, 3, 30, 30}), Randn({1, 3, 1, 1})};
+  Fused f = SpecializeAndFuse(kChannelSums, inputs);
+  runtime::CompiledProgram value;
+  value.forward = LowerToProgram(*f.graph, "forward", {.plain_reductions = true});
+  value.backward = value.forward;
+  value.num_inputs = 2;
+  value.num_outputs = 4;
+  ASSERT_EQ(value.forward.launches.size(), 1u);
+  ASSERT_EQ(value.forward.launches[0].reductions.size(), 3u);
+  EXPECT_EQ(value.forward.launches[0].scratch, 1);
+  const std::string bytes = runtime::SerializeProgram(value);
+  auto loaded = runtime::DeserializeProgram(bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(runtime::Dump(*loaded), runtime::Dump(value));
+  EXPECT_NE(runtime::Dump(value).find(" sum(out 1, access 5, inner 900, mid 3, scale 1) -> [1, 3, 1, 1]"),
+            std::string::npos)
+      << runtime::Dump(value);
+  const auto& red = loaded->forward.launches[0].reductions;
+  ASSERT_EQ(red.size(), 3u);
+  EXPECT_EQ(red[1].scale, 1.0 / 10800);
+  EXPECT_EQ(red[0].out_sizes, (std::vector<int64_t>{3}));
+  EXPECT_EQ(red[2].out_sizes, (std::vector<int64_t>{1, 3, 1, 1}));
+  ExpectAllClose(Tensors(runtime::Program(loaded->forward).Run(inputs)),
+                 RunPlain(f.original, inputs), 1e-12, 1e-13);
+}
+
 // ================================================================ FuseHorizontally
 
 // %n<k> = %p<k> - 0.1 * %<g>: a mul and a sub, one two-op group.
@@ -598,14 +769,15 @@ std::string ThreeUpdates() {
                      Update(0, "g0") + Update(1, "g1") + Update(2, "g2"), "%n0, %n1, %n2");
 }
 
-// Update 1 reads update 0's result %n0 directly; the sum of %n0, between
-// the two, keeps vertical fusion from joining them. Then `more`.
+// Update 1 reads update 0's result %n0 directly; the max of %n0, between
+// the two, keeps vertical fusion from joining them (a sum would not: it
+// would run inside the group). Then `more`.
 std::string DependentUpdates(const std::vector<std::string>& more_params,
                              const std::string& more, const std::string& ret) {
   std::vector<std::string> params = {"p0", "g0", "p1"};
   params.insert(params.end(), more_params.begin(), more_params.end());
   return UpdateGraph(params,
-                     Update(0, "g0") + "  %s0 : Tensor = aten::sum(%n0, %none)\n" +
+                     Update(0, "g0") + "  %s0 : Tensor = aten::max(%n0)\n" +
                          Update(1, "n0") + more,
                      ret);
 }
