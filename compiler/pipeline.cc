@@ -18,6 +18,7 @@
 #include "compiler/lower_broadcast.h"
 #include "compiler/lower_fusion_group.h"
 #include "compiler/lower_matmul.h"
+#include "compiler/merge_fusion_groups.h"
 #include "compiler/broadcast_expanded_operands.h"
 #include "compiler/rank_one_products.h"
 #include "compiler/split_grouped_convolutions.h"
@@ -78,6 +79,7 @@ runtime::ProgramCode FuseAndLower(std::shared_ptr<Graph> graph, const std::strin
     report->gemms = LowerMatmulToGemm(graph);
     BroadcastExpandedOperands(graph);  // before fusion: kernels read the sources
     const FusionStats vertical = FuseElementwise(graph, options.reduction_fusion);
+    report->merged_groups = MergeFusionGroups(graph);
     const HorizontalFusionStats horizontal = FuseHorizontally(graph);
     report->fusion_groups = vertical.groups;
     report->fused_nodes = vertical.fused_nodes;

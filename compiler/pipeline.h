@@ -81,6 +81,7 @@ struct SpecializationReport {
   int64_t horizontal_nodes = 0;      // merged launches
   int64_t horizontal_segments = 0;   // groups they absorbed
   int64_t fused_reductions = 0;      // sums / means run inside fused kernels
+  int64_t merged_groups = 0;         // producer groups merged into their readers
   int64_t planned_reuses = 0;        // outputs that may take an input's buffer
   int64_t instructions = 0;          // of the specialized program
   double seconds = 0;                // specialization + fusion + lowering

@@ -1,5 +1,6 @@
 // Unit tests of the shape-specialization and fusion passes, IR before and
-// after: SpecializeShapes, FuseElementwise, FuseHorizontally /
+// after: SpecializeShapes, FuseElementwise (and its reduction epilogues),
+// MergeFusionGroups, FuseHorizontally /
 // ReorderTopologically, PlanBuffers, ClassifyBroadcast / IsFusibleNode /
 // LowerFusionGroup, and SpecializedRunner end to end. Graphs are parsed
 // from IR text with untyped tensors and given complete types by
@@ -21,6 +22,7 @@
 #include "compiler/fusion_group.h"
 #include "compiler/lower_fusion_group.h"
 #include "compiler/lower_to_program.h"
+#include "compiler/merge_fusion_groups.h"
 #include "compiler/plan_buffers.h"
 #include "compiler/specialize_shapes.h"
 #include "tests/cpp/compiler/specialized_runner.h"
@@ -741,6 +743,67 @@ TEST(ReductionEpilogues, LaunchPlansRoundTripThroughTheProgramFormat) {
   EXPECT_EQ(red[2].out_sizes, (std::vector<int64_t>{1, 3, 1, 1}));
   ExpectAllClose(Tensors(runtime::Program(loaded->forward).Run(inputs)),
                  RunPlain(f.original, inputs), 1e-12, 1e-13);
+}
+
+// ================================================================ MergeFusionGroups
+
+TEST(MergeFusionGroups, ASiblingGroupFoldsIntoTheGroupThatReadsIt) {
+  // d feeds both e (summed only) and the chain f, h: vertical fusion makes
+  // {d, e} (summing d and e) and {f, h} reading d. Merged, d and e are never
+  // written whole.
+  const std::string ir = R"IR(
+graph(%x : Tensor, %m : Tensor, %g : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %cs : int[] = prim::Constant[value=[1, 3, 1, 1]]()
+  %d : Tensor = aten::mul(%x, %m)
+  %s1 : Tensor = aten::sum_to_size(%d, %cs)
+  %e : Tensor = aten::mul(%d, %x)
+  %s2 : Tensor = aten::sum_to_size(%e, %cs)
+  %f : Tensor = aten::mul(%d, %g)
+  %h : Tensor = aten::add(%f, %x, %one)
+  return (%h, %s1, %s2)
+)IR";
+  torch::manual_seed(25);
+  std::vector<c10::IValue> inputs = {Randn({4, 3, 30, 30}), Randn({4, 3, 30, 30}),
+                                     Randn({1, 3, 1, 1})};
+  Fused f = SpecializeAndFuse(ir, inputs);
+  ASSERT_EQ(Groups(*f.graph).size(), 2u) << *f.graph;
+  EXPECT_EQ(MergeFusionGroups(f.graph), 1);
+  f.graph->lint();
+  Node* merged = OnlyGroup(*f.graph);
+  ASSERT_NE(merged, nullptr);
+  // h whole; d and e scratch; the two sums.
+  ASSERT_EQ(merged->outputs().size(), 5u) << *f.graph;
+  EXPECT_EQ(merged->i(ScratchAttr()), 2);
+  EXPECT_EQ(merged->fs(ReduceScaleAttr()).size(), 2u);
+  EXPECT_EQ(f.graph->outputs()[0], merged->output(0)) << *f.graph;
+  EXPECT_EQ(f.graph->outputs()[1], merged->output(3)) << *f.graph;
+  EXPECT_EQ(f.graph->outputs()[2], merged->output(4)) << *f.graph;
+  ExpectFusedMatchesPlain(f, inputs, 1e-13);
+
+  // Under 8192 elements the groups stay apart.
+  Fused small = SpecializeAndFuse(ir, {Randn({2, 3, 4, 4}), Randn({2, 3, 4, 4}),
+                                       Randn({1, 3, 1, 1})});
+  EXPECT_EQ(MergeFusionGroups(small.graph), 0);
+}
+
+TEST(MergeFusionGroups, AGroupReadingASumOfItsProducerStaysApart) {
+  const std::string ir = R"IR(
+graph(%x : Tensor, %m : Tensor):
+  %none : NoneType = prim::Constant()
+  %d : Tensor = aten::mul(%x, %m)
+  %s : Tensor = aten::sum(%d, %none)
+  %f : Tensor = aten::mul(%d, %s)
+  %h : Tensor = aten::neg(%f)
+  return (%h)
+)IR";
+  torch::manual_seed(26);
+  std::vector<c10::IValue> inputs = {Randn({100, 100}), Randn({100, 100})};
+  Fused f = SpecializeAndFuse(ir, inputs);
+  ASSERT_EQ(Groups(*f.graph).size(), 2u) << *f.graph;
+  EXPECT_EQ(MergeFusionGroups(f.graph), 0);
+  EXPECT_EQ(Groups(*f.graph).size(), 2u) << *f.graph;
+  ExpectFusedMatchesPlain(f, inputs, 1e-13);
 }
 
 // ================================================================ FuseHorizontally
