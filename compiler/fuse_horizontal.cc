@@ -56,17 +56,21 @@ void Merge(torch::jit::Graph* graph, const std::vector<Node*>& bucket) {
   for (Node* g : bucket) g->destroy();
   // Placed after the last member, the merged node is already in order unless
   // an earlier member's output was read before that point.
-  bool ordered = true;
-  for (Value* out : merged->outputs()) {
-    for (const torch::jit::Use& use : out->uses()) {
-      ordered = ordered && (use.user->kind() == torch::jit::prim::Return ||
-                            use.user->isAfter(merged));
-    }
-  }
-  if (!ordered) ReorderTopologically(graph->block());
+  RestoreOrderAround(merged);
 }
 
 }  // namespace
+
+void RestoreOrderAround(Node* node) {
+  for (Value* out : node->outputs()) {
+    for (const torch::jit::Use& use : out->uses()) {
+      if (use.user->kind() != torch::jit::prim::Return && !use.user->isAfter(node)) {
+        ReorderTopologically(node->owningBlock());
+        return;
+      }
+    }
+  }
+}
 
 void ReorderTopologically(torch::jit::Block* block) {
   std::vector<Node*> nodes(block->nodes().begin(), block->nodes().end());

@@ -24,4 +24,8 @@ HorizontalFusionStats FuseHorizontally(const std::shared_ptr<torch::jit::Graph>&
 // wherever it is already valid. The block must be acyclic.
 void ReorderTopologically(torch::jit::Block* block);
 
+// Reorders `node`'s block (as above) if some reader of its outputs comes
+// before it: a node that replaced others later in the block.
+void RestoreOrderAround(torch::jit::Node* node);
+
 }  // namespace metafuse::compiler

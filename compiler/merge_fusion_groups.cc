@@ -199,14 +199,7 @@ int64_t MergeFusionGroups(const std::shared_ptr<Graph>& graph) {
       ++merges;
       // Readers of A's outputs that sat between A and B now precede the
       // merged node: restore the order before the next dependence check.
-      bool ordered = true;
-      for (Value* out : b->outputs()) {
-        for (const torch::jit::Use& use : out->uses()) {
-          ordered = ordered && (use.user->kind() == torch::jit::prim::Return ||
-                                use.user->isAfter(b));
-        }
-      }
-      if (!ordered) ReorderTopologically(graph->block());
+      RestoreOrderAround(b);
     }
     b = next;
   }

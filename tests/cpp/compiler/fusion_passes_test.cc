@@ -787,6 +787,36 @@ graph(%x : Tensor, %m : Tensor, %g : Tensor):
   EXPECT_EQ(MergeFusionGroups(small.graph), 0);
 }
 
+TEST(MergeFusionGroups, AReaderBetweenTheGroupsMovesAfterTheMergedOne) {
+  // max(d) sits between {d, e} and {f, h}: after the merge it reads an
+  // output of the merged node, so it moves after it; d stays whole for it.
+  const std::string ir = R"IR(
+graph(%x : Tensor, %m : Tensor, %g : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %cs : int[] = prim::Constant[value=[1, 3, 1, 1]]()
+  %d : Tensor = aten::mul(%x, %m)
+  %e : Tensor = aten::mul(%d, %x)
+  %s2 : Tensor = aten::sum_to_size(%e, %cs)
+  %mx : Tensor = aten::max(%d)
+  %f : Tensor = aten::mul(%d, %g)
+  %h : Tensor = aten::add(%f, %x, %one)
+  return (%h, %s2, %mx)
+)IR";
+  torch::manual_seed(27);
+  std::vector<c10::IValue> inputs = {Randn({4, 3, 30, 30}), Randn({4, 3, 30, 30}),
+                                     Randn({1, 3, 1, 1})};
+  Fused f = SpecializeAndFuse(ir, inputs);
+  ASSERT_EQ(Groups(*f.graph).size(), 2u) << *f.graph;
+  EXPECT_EQ(MergeFusionGroups(f.graph), 1);
+  f.graph->lint();
+  Node* merged = OnlyGroup(*f.graph);
+  ASSERT_NE(merged, nullptr);
+  Node* max = NodesOf(*f.graph, "aten::max").at(0);
+  EXPECT_TRUE(max->isAfter(merged)) << *f.graph;
+  EXPECT_EQ(max->input(0)->node(), merged) << *f.graph;
+  ExpectFusedMatchesPlain(f, inputs, 1e-13);
+}
+
 TEST(MergeFusionGroups, AGroupReadingASumOfItsProducerStaysApart) {
   const std::string ir = R"IR(
 graph(%x : Tensor, %m : Tensor):
