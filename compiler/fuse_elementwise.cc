@@ -109,6 +109,8 @@ class GroupBuilder {
   bool ReadsBroadcastable(const Node* node) const {
     for (const Value* in : node->inputs()) {
       if (!IsTensor(in)) continue;
+      // type_as reads its second operand's dtype only (lower_fusion_group.h).
+      if (node->kind() == aten::type_as && in == node->input(1)) continue;
       auto t = CompleteTensorType(in);
       if (!t || !ClassifyBroadcast(*t->sizes().concrete_sizes(), loop_)) return false;
     }

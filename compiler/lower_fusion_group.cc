@@ -251,7 +251,13 @@ absl::StatusOr<FusedKernelPlan> Lower(const Node* group) {
   for (size_t i = 0; i < num_in; ++i) {
     const Value* v = sub->inputs()[i];
     if (auto t = CompleteTensorType(v)) {
-      auto access = ClassifyBroadcast(*t->sizes().concrete_sizes(), plan.loop_sizes);
+      // A tensor only type_as reads, for its dtype, is never loaded: any
+      // shape will do (bound as a broadcast scalar).
+      const bool dtype_only = std::all_of(v->uses().begin(), v->uses().end(), [](const auto& u) {
+        return u.user->kind() == torch::jit::aten::type_as && u.offset == 1;
+      });
+      auto access = dtype_only ? std::optional<BroadcastAccess>(BroadcastAccess{kir::Access::kBroadcast, 1})
+                               : ClassifyBroadcast(*t->sizes().concrete_sizes(), plan.loop_sizes);
       if (!access || !IsFloat(*t->scalarType())) {
         return absl::InvalidArgumentError(absl::StrCat(
             "fusion group input ", i, " does not broadcast to the loop shape as an element, "

@@ -6,7 +6,8 @@
 // shape: broadcasting composes, so a value of a smaller shape is read at the
 // index its broadcast maps i to, and expand is the identity. Comparisons
 // become the condition of a select (their bool result never leaves the
-// kernel); type_as of a float value is a cast.
+// kernel); type_as of a float value is a cast (its second operand gives the
+// dtype only, whatever its shape).
 #pragma once
 
 #include <optional>

@@ -554,6 +554,34 @@ TEST(FuseElementwise, ReluBackwardFusesComparisonInside) {
   ExpectFusedMatchesPlain(f, inputs);
 }
 
+TEST(FuseElementwise, TypeAsTakesItsDtypeFromATensorOfAnyShape) {
+  // The mask's dtype comes from a [4] vector that does not broadcast to the
+  // [2, 3, 5] loop: type_as never reads it, so the comparison and the cast
+  // still fuse, and the vector is bound as a broadcast input.
+  auto graph = R"IR(
+graph(%x : Tensor, %g : Tensor, %like : Tensor):
+  %zero : float = prim::Constant[value=0.]()
+  %pos : Tensor = aten::gt(%x, %zero)
+  %mask : Tensor = aten::type_as(%pos, %like)
+  %y : Tensor = aten::mul(%g, %mask)
+  return (%y)
+)IR";
+  torch::manual_seed(28);
+  std::vector<c10::IValue> inputs = {Randn({2, 3, 5}), Randn({2, 3, 5}), Randn({4})};
+  Fused f = SpecializeAndFuse(graph, inputs);
+  const Node* g = OnlyGroup(*f.graph);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(Count(*f.graph, "aten::gt") + Count(*f.graph, "aten::type_as"), 0u) << *f.graph;
+  auto plan = LowerFusionGroup(g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  bool bound_as_broadcast = false;
+  for (const kir::InputSpec& in : plan->kernel.inputs) {
+    bound_as_broadcast |= in.access == kir::Access::kBroadcast;
+  }
+  EXPECT_TRUE(bound_as_broadcast) << kir::Print(plan->kernel);
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
 TEST(FuseElementwise, ComparisonReadOutsideIsDuplicated) {
   torch::manual_seed(11);
   std::vector<c10::IValue> inputs = {Randn({3, 4}), Randn({3, 4})};
