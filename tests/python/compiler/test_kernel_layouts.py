@@ -15,7 +15,10 @@ def fused(a, b):
     return torch.tanh(a * b + 1.0) * a, (a - b).exp()
 
 
-def test_same_permuted_layout_is_kept_without_copies():
+def test_same_permuted_layout_is_kept_without_copies(monkeypatch):
+    # The fused kernels' layouts are under test: the first call's timing
+    # check must not keep the generic (ATen) program instead.
+    monkeypatch.setenv("METAFUSE_FUSION_CHECK", "0")
     g = torch.Generator().manual_seed(0)
     a = torch.randn(3, 4, 5, dtype=F64, generator=g).permute(2, 0, 1)
     b = torch.randn(3, 4, 5, dtype=F64, generator=g).permute(2, 0, 1)
@@ -27,7 +30,10 @@ def test_same_permuted_layout_is_kept_without_copies():
         assert x.stride() == y.stride() == a.stride()
 
 
-def test_mixed_layouts_are_made_contiguous():
+def test_mixed_layouts_are_made_contiguous(monkeypatch):
+    # As above: on a loaded machine the timing check may keep the generic
+    # program, whose ATen ops follow the transposed input's layout.
+    monkeypatch.setenv("METAFUSE_FUSION_CHECK", "0")
     g = torch.Generator().manual_seed(1)
     a = torch.randn(4, 6, dtype=F64, generator=g).t()
     b = torch.randn(6, 4, dtype=F64, generator=g)
