@@ -2,7 +2,8 @@
 // compiler/fusion_group.h), run on the host. Each thread runs its share of
 // the loop in blocks small enough to stay in cache and, after each block,
 // adds the block's values of every reduced output into its own partial sums
-// (double precision); the partials are then combined in thread order and
+// (double; a run of one reduced element is first summed in vector lanes of
+// the input's type); the partials are then combined in thread order and
 // scaled (a mean). An output that only the reductions read (a scratch
 // output) lives in a per-thread block buffer and is never written whole: a
 // BatchNorm gradient's sums of a conv activation cost no pass over memory.
