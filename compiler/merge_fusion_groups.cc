@@ -1,6 +1,5 @@
 #include "compiler/merge_fusion_groups.h"
 
-#include <algorithm>
 #include <functional>
 #include <unordered_map>
 #include <unordered_set>
@@ -24,10 +23,6 @@ constexpr int64_t kSmallestMergedLoop = 8192;  // as fuse_elementwise's reductio
 
 const std::shared_ptr<Graph>& Sub(const Node* group) {
   return group->g(torch::jit::attr::Subgraph);
-}
-
-size_t NumReductions(const Node* group) {
-  return group->hasAttribute(ReduceScaleAttr()) ? group->fs(ReduceScaleAttr()).size() : 0;
 }
 
 // The loop shape of a single-segment CPU group, or nothing.

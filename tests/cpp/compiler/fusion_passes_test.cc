@@ -775,6 +775,22 @@ TEST(ReductionEpilogues, LaunchPlansRoundTripThroughTheProgramFormat) {
 
 // ================================================================ MergeFusionGroups
 
+// Two [4, 3, 30, 30] activations and a per-channel vector: loops above the
+// merge threshold.
+std::vector<c10::IValue> ActivationsAndChannels(uint64_t seed) {
+  torch::manual_seed(seed);
+  return {Randn({4, 3, 30, 30}), Randn({4, 3, 30, 30}), Randn({1, 3, 1, 1})};
+}
+
+// `f` fused into two groups, then merged into one: `*merged`.
+void MergeTheTwoGroups(const Fused& f, Node** merged) {
+  ASSERT_EQ(Groups(*f.graph).size(), 2u) << *f.graph;
+  EXPECT_EQ(MergeFusionGroups(f.graph), 1);
+  f.graph->lint();
+  *merged = OnlyGroup(*f.graph);
+  ASSERT_NE(*merged, nullptr);
+}
+
 TEST(MergeFusionGroups, ASiblingGroupFoldsIntoTheGroupThatReadsIt) {
   // d feeds both e (summed only) and the chain f, h: vertical fusion makes
   // {d, e} (summing d and e) and {f, h} reading d. Merged, d and e are never
@@ -791,14 +807,10 @@ graph(%x : Tensor, %m : Tensor, %g : Tensor):
   %h : Tensor = aten::add(%f, %x, %one)
   return (%h, %s1, %s2)
 )IR";
-  torch::manual_seed(25);
-  std::vector<c10::IValue> inputs = {Randn({4, 3, 30, 30}), Randn({4, 3, 30, 30}),
-                                     Randn({1, 3, 1, 1})};
+  std::vector<c10::IValue> inputs = ActivationsAndChannels(25);
   Fused f = SpecializeAndFuse(ir, inputs);
-  ASSERT_EQ(Groups(*f.graph).size(), 2u) << *f.graph;
-  EXPECT_EQ(MergeFusionGroups(f.graph), 1);
-  f.graph->lint();
-  Node* merged = OnlyGroup(*f.graph);
+  Node* merged = nullptr;
+  MergeTheTwoGroups(f, &merged);
   ASSERT_NE(merged, nullptr);
   // h whole; d and e scratch; the two sums.
   ASSERT_EQ(merged->outputs().size(), 5u) << *f.graph;
@@ -830,14 +842,10 @@ graph(%x : Tensor, %m : Tensor, %g : Tensor):
   %h : Tensor = aten::add(%f, %x, %one)
   return (%h, %s2, %mx)
 )IR";
-  torch::manual_seed(27);
-  std::vector<c10::IValue> inputs = {Randn({4, 3, 30, 30}), Randn({4, 3, 30, 30}),
-                                     Randn({1, 3, 1, 1})};
+  std::vector<c10::IValue> inputs = ActivationsAndChannels(27);
   Fused f = SpecializeAndFuse(ir, inputs);
-  ASSERT_EQ(Groups(*f.graph).size(), 2u) << *f.graph;
-  EXPECT_EQ(MergeFusionGroups(f.graph), 1);
-  f.graph->lint();
-  Node* merged = OnlyGroup(*f.graph);
+  Node* merged = nullptr;
+  MergeTheTwoGroups(f, &merged);
   ASSERT_NE(merged, nullptr);
   Node* max = NodesOf(*f.graph, "aten::max").at(0);
   EXPECT_TRUE(max->isAfter(merged)) << *f.graph;
