@@ -7,6 +7,7 @@
 // warm-up call.
 //   bazel run //bench:conv_bench
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/torch.h>
 
 #include <algorithm>

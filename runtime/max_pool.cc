@@ -15,6 +15,7 @@
 #include <immintrin.h>
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 
 #include "runtime/cpu_isa.h"
 

@@ -22,6 +22,8 @@
 #   METAFUSE_GPU_BUDGET  seconds for the whole script (default 540); each step
 #                        gets its own cap or what is left, whichever is less
 #   PYTHON               the interpreter that holds torch (default python3)
+#   METAFUSE_GPU_EXTRA   a command run right after the build (a diagnostic of
+#                        the moment), 60 s at most, output in extra.log
 # Every step's output goes to OUTDIR (env.txt, build.log, gpu_tests.log,
 # cuda_bench.log, suite.log); summary.txt says what each step did.
 set -uo pipefail
@@ -113,6 +115,10 @@ print("cuda_status", metafuse.cuda_status())
 print("CUDA kernel for adam_multi_:",
       torch._C._dispatch_has_kernel_for_dispatch_key("metafuse::adam_multi_", "CUDA"))')
 cat "$out/build_info.txt" >> "$out/summary.txt"
+
+if [[ -n "${METAFUSE_GPU_EXTRA:-}" ]]; then
+  (cd /tmp && step "extra: $METAFUSE_GPU_EXTRA" 60 "$out/extra.log" bash -c "$METAFUSE_GPU_EXTRA")
+fi
 
 # 3. The CUDA tests.
 export METAFUSE_TEST_INSTALLED=1

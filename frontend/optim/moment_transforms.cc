@@ -1,5 +1,6 @@
 // Adam-family preconditioners: first and second moments with bias correction.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>

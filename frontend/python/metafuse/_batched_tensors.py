@@ -22,11 +22,20 @@ import torch
 
 _functorch = torch._C._functorch
 
-__all__ = ["is_batched", "physical_grad", "untraced_sizes", "no_tracing", "BatchingError"]
+__all__ = ["transforms_active", "is_batched", "physical_grad", "untraced_sizes", "no_tracing", "BatchingError"]
 
 
 class BatchingError(RuntimeError):
     """A function cannot be run as one task-batched program (the reason)."""
+
+
+def transforms_active():
+    """Whether a functorch transform (vmap, grad, ...) is running. torch 1.13
+    asks ``are_transforms_active``; torch 2.x dropped it for the interpreter
+    stack, empty outside every transform."""
+    if hasattr(_functorch, "are_transforms_active"):
+        return _functorch.are_transforms_active()
+    return _functorch.peek_interpreter_stack() is not None
 
 
 def is_batched(tensor):

@@ -319,7 +319,7 @@ class CompiledInnerLoop(_CompiledBase):
 
     def __call__(self, params, *batch):
         if torch._C._get_tracing_state() is not None or (
-                torch._C._functorch.are_transforms_active() and
+                _batched_tensors.transforms_active() and
                 any(_batched_tensors.is_batched(t) for t in _tree.leaves((params, batch)))):
             # Inside a function being compiled (metafuse.compile, metafuse.vmap):
             # the loop becomes part of that program, its gradients symbolic.
@@ -507,6 +507,18 @@ def grad(output, inputs):
     return _tree.unflatten(spec, list(torch.ops.metafuse.grad(output, leaves)))
 
 
+
+def _check_devices(leaves):
+    """Refuses, before anything is traced, a tensor on a device compiled
+    programs cannot take (meta, mps, ...); the program's own check says the
+    same when it runs (runtime/kernel_target.cc, CheckProgramDevice)."""
+    for i, t in enumerate(leaves):
+        if isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "cuda"):
+            raise RuntimeError(
+                f"compiled function, input {i}: metafuse compiles programs for CPU and CUDA "
+                f"tensors; got a tensor on {t.device}: move the inputs with .to('cpu') or "
+                f".to('cuda'), or call the function eagerly")
+
 class CompiledFunction(_CompiledBase):
     """A user function compiled by metafuse.compile (see compile)."""
 
@@ -526,6 +538,7 @@ class CompiledFunction(_CompiledBase):
         flat, specs, keys, extras, guard = self._flatten(args)
         entry = self._programs.get(guard)
         if entry is None:
+            _check_devices(flat + extras)
             entry = self._compile(args, specs, flat, keys, extras)
             self._programs[guard] = entry
             if not isinstance(entry, str):

@@ -5,7 +5,11 @@ whose remote ``to_here()`` keeps gradients flowing to the owner
 """
 
 import torch.distributed.rpc as _torch_rpc
-from torch.distributed.rpc import *  # noqa: F401,F403
+
+# torch's public names; not `import *`: torch 2.11's __all__ names
+# `backend_registered`, which the module does not define.
+globals().update({name: getattr(_torch_rpc, name) for name in getattr(_torch_rpc, "__all__", ())
+                  if hasattr(_torch_rpc, name)})
 
 from metafuse.distributed.rref import RRef  # noqa: F401  (replaces torch's)
 
