@@ -129,7 +129,11 @@ def extension():
         nvcc.append("-std=c++17")
     macros = [("METAFUSE_WITH_LLVM", "1" if llvm else "0")]
     include_dirs = [ROOT]
-    link_args = ["-fopenmp", "-ldl", "-lcrypto"]
+    # -lstdc++ ahead of the driver's own: a compiler that links libstdc++
+    # statically (the GPU machine's /opt/gcc g++ did) would otherwise give the
+    # extension a second libstdc++ beside torch's, and formatting a number
+    # into a stream then crashed in the locale facets (docs/building.md).
+    link_args = ["-fopenmp", "-ldl", "-lcrypto", "-lstdc++"]
     if llvm:
         cxx += ["-isystem", llvm[0]]  # as Bazel does: LLVM's own warnings stay quiet
         macros += [("__STDC_CONSTANT_MACROS", None), ("__STDC_FORMAT_MACROS", None),

@@ -115,6 +115,13 @@ print("cuda_status", metafuse.cuda_status())
 print("CUDA kernel for adam_multi_:",
       torch._C._dispatch_has_kernel_for_dispatch_key("metafuse::adam_multi_", "CUDA"))')
 cat "$out/build_info.txt" >> "$out/summary.txt"
+# One libstdc++ in the process: torch's, shared. A static copy inside the
+# extension crashed on torch 2.11 (setup.py links -lstdc++ for that).
+so=$(cd /tmp && "$py" -c 'import metafuse._C as c; print(c.__file__)' 2>/dev/null)
+if [[ -n "$so" ]]; then
+  say "libstdc++ of _C: $(ldd "$so" | grep -o 'libstdc++[^ ]* => [^ ]*' || echo 'none shared');"\
+      "static libstdc++ code inside: $(nm "$so" 2>/dev/null | grep -c -E 'read_utf8_code_point|_ZNSt6locale5_ImplC')"
+fi
 
 if [[ -n "${METAFUSE_GPU_EXTRA:-}" ]]; then
   (cd /tmp && step "extra: $METAFUSE_GPU_EXTRA" 60 "$out/extra.log" bash -c "$METAFUSE_GPU_EXTRA")
