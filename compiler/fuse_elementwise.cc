@@ -60,34 +60,11 @@ std::optional<Epilogue> ReductionEpilogue(const Node* r, const std::vector<int64
       (*in->scalarType() != at::kFloat && *in->scalarType() != at::kDouble)) {
     return std::nullopt;
   }
-  std::vector<int64_t> kept;  // the result's sizes with every loop dim kept
-  if (!sum && !mean) {
-    auto size = torch::jit::toIValue(r->input(1));
-    if (!size || !size->isIntList()) return std::nullopt;
-    kept = size->toIntVector();
-  } else {
-    std::vector<c10::IValue> args;
-    for (size_t k = 1; k < r->inputs().size(); ++k) {
-      auto v = torch::jit::toIValue(r->input(k));
-      if (!v) return std::nullopt;
-      args.push_back(*v);
-    }
-    kept = loop;
-    if (args.size() == 1 && args[0].isNone()) {  // sum(x, dtype=None): everything
-      std::fill(kept.begin(), kept.end(), 1);
-    } else if (args.size() == 3 && args[2].isNone() && args[1].isBool() &&
-               (args[0].isIntList() || args[0].isNone())) {
-      if (args[0].isNone() || args[0].toIntVector().empty()) {
-        std::fill(kept.begin(), kept.end(), 1);
-      }
-      const int64_t rank = static_cast<int64_t>(loop.size());
-      for (int64_t d : args[0].isNone() ? std::vector<int64_t>{} : args[0].toIntVector()) {
-        if (d < -rank || d >= rank) return std::nullopt;
-        kept[d < 0 ? d + rank : d] = 1;
-      }
-    } else {
-      return std::nullopt;
-    }
+  auto reduced = ReducedDims(r, static_cast<int64_t>(loop.size()));
+  if (!reduced) return std::nullopt;
+  std::vector<int64_t> kept = loop;  // the result's sizes with every loop dim kept
+  for (size_t d = 0; d < loop.size(); ++d) {
+    if ((*reduced)[d]) kept[d] = 1;
   }
   auto access = ClassifyBroadcast(kept, loop);
   if (!access || access->access == codegen::kir::Access::kElement) return std::nullopt;

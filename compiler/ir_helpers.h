@@ -49,6 +49,43 @@ inline std::optional<std::vector<int64_t>> ConstantIntList(const torch::jit::Val
   return out;
 }
 
+// Which of its input's `rank` dims a sum or mean (no dtype argument; dims a
+// constant list, a ListConstruct of ints, or None / [] for all) or a
+// sum_to_size (a constant size) reduces; nullopt for anything else. The
+// reduction epilogues and the direct reductions accept the same nodes
+// through this.
+inline std::optional<std::vector<bool>> ReducedDims(const torch::jit::Node* node,
+                                                    int64_t rank) {
+  const auto is_none = [](const torch::jit::Value* v) {
+    auto iv = torch::jit::toIValue(v);
+    return iv && iv->isNone();
+  };
+  const size_t n = node->inputs().size();
+  std::vector<bool> reduced(rank, false);
+  if (node->kind() == c10::aten::sum_to_size) {
+    auto size = n == 2 ? ConstantIntList(node->input(1)) : std::nullopt;
+    const int64_t offset = size ? rank - static_cast<int64_t>(size->size()) : -1;
+    if (offset < 0) return std::nullopt;
+    for (int64_t d = 0; d < rank; ++d) reduced[d] = d < offset || (*size)[d - offset] == 1;
+    return reduced;
+  }
+  if (node->kind() != c10::aten::sum && node->kind() != c10::aten::mean) return std::nullopt;
+  if (n == 2 && is_none(node->input(1))) {  // sum(x, dtype=None): everything
+    return std::vector<bool>(rank, true);
+  }
+  if (n != 4 || !is_none(node->input(3)) || !torch::jit::toIValue(node->input(2))) {
+    return std::nullopt;
+  }
+  auto dims = is_none(node->input(1)) ? std::vector<int64_t>{} : ConstantIntList(node->input(1));
+  if (!dims) return std::nullopt;
+  if (dims->empty()) return std::vector<bool>(rank, true);
+  for (int64_t d : *dims) {
+    if (d < -rank || d >= rank) return std::nullopt;
+    reduced[d < 0 ? d + rank : d] = true;
+  }
+  return reduced;
+}
+
 // Nodes of the graph's top-level block, constants not counted.
 inline int64_t CountGraphNodes(const torch::jit::Graph& graph) {
   int64_t n = 0;

@@ -48,26 +48,10 @@ std::optional<runtime::ReductionPlan> BlockReductionPlan(const Node* node,
                                                          const std::vector<int64_t>& in_sizes,
                                                          runtime::ReductionPlan plan) {
   const int64_t rank = static_cast<int64_t>(in_sizes.size());
-  std::vector<bool> reduced(rank, false);
-  if (node->kind() == aten::sum_to_size) {
-    auto target = ConstantIntList(node->input(1));
-    if (!target) return std::nullopt;
-    const std::vector<int64_t>& sizes = *target;
-    const int64_t offset = rank - static_cast<int64_t>(sizes.size());
-    if (offset < 0) return std::nullopt;
-    for (int64_t d = 0; d < rank; ++d) {
-      reduced[d] = d < offset || (sizes[d - offset] == 1 && in_sizes[d] != 1);
-    }
-  } else {
-    auto dims = ConstantIntList(node->input(1));
-    auto dtype = torch::jit::toIValue(node->input(3));
-    if (!dims || dims->empty() || !dtype || !dtype->isNone()) return std::nullopt;
-    for (int64_t d : *dims) {
-      if (d < -rank || d >= rank) return std::nullopt;
-      reduced[d < 0 ? d + rank : d] = true;
-    }
-    plan.mean = node->kind() == aten::mean;
-  }
+  auto dims = ReducedDims(node, rank);
+  if (!dims) return std::nullopt;
+  const std::vector<bool>& reduced = *dims;
+  plan.mean = node->kind() == aten::mean;
   int64_t first = -1, last = -1;
   for (int64_t d = 0; d < rank; ++d) {
     if (!reduced[d] || in_sizes[d] == 1) continue;

@@ -701,6 +701,32 @@ graph(%a : Tensor, %b : Tensor, %t : Tensor):
   at::set_num_threads(1);
 }
 
+TEST(ReductionEpilogues, DimsBuiltByAListConstructAsTheTracerRecordsThem) {
+  // x.sum(dim=(0, 2, 3), keepdim=True) traced: the dims are a ListConstruct
+  // of int constants, not one list constant. It was left to ATen.
+  auto graph = R"IR(
+graph(%x : Tensor, %g : Tensor):
+  %zero : int = prim::Constant[value=0]()
+  %two : int = prim::Constant[value=2]()
+  %three : int = prim::Constant[value=3]()
+  %true : bool = prim::Constant[value=1]()
+  %none : NoneType = prim::Constant()
+  %dims : int[] = prim::ListConstruct(%zero, %two, %three)
+  %y : Tensor = aten::mul(%x, %g)
+  %e : Tensor = aten::exp(%y)
+  %s : Tensor = aten::sum(%e, %dims, %true, %none)
+  %m : Tensor = aten::mean(%y, %dims, %true, %none)
+  return (%e, %s, %m)
+)IR";
+  torch::manual_seed(23);
+  std::vector<c10::IValue> inputs = {Randn({4, 3, 30, 30}), Randn({1, 3, 1, 1})};
+  Fused f = SpecializeAndFuse(graph, inputs);
+  ASSERT_NE(OnlyGroup(*f.graph), nullptr) << *f.graph;
+  EXPECT_EQ(f.stats.reductions, 2) << *f.graph;
+  EXPECT_EQ(Count(*f.graph, "aten::sum") + Count(*f.graph, "aten::mean"), 0u) << *f.graph;
+  ExpectFusedMatchesPlain(f, inputs, 1e-13);
+}
+
 TEST(ReductionEpilogues, ASumIsNeverInsideTheGroupThatReadsItNorWhenDisabled) {
   // s is read by z: it must be complete before z's loop runs, so it cannot
   // join z's group; it joins the group of its source y (mul) instead, which
