@@ -383,8 +383,8 @@ def float64_truth(model, opt, tasks):
         return None
     v = Variant("plain PyTorch", model, opt)
     v.net.double()
-    v.meta_grad([tuple(x.double() if x.is_floating_point() else x for x in part)
-                 for part in tasks])
+    v.meta_grad(mf.pytree.tree_map(
+        lambda x: x.double() if torch.is_tensor(x) and x.is_floating_point() else x, tasks))
     return [p.grad.detach().clone() for p in v.net.parameters()]
 
 
