@@ -7,9 +7,11 @@ PACKAGES=(
   bazel-bootstrap            # Bazel 4.2.3, the build
   g++ libomp-14-dev          # C++17 compiler; OpenMP comes with g++ (libgomp)
   libtorch-dev python3-torch # LibTorch 1.13.1 + its Python front for /usr/bin/python3
-  libopenblas0-serial        # an optimized BLAS behind libblas.so.3 (Debian's default is
-                             # the reference BLAS); single-threaded, so torch's and
-                             # OpenMP's threads are the only ones
+  libopenblas0-openmp        # an optimized BLAS behind libblas.so.3 (Debian's default is
+                             # the reference BLAS), on torch's OpenMP threads. Not the
+                             # serial build: ATen calls the BLAS from two threads at
+                             # once (float64 convolutions), which corrupts the serial
+                             # build's shared buffers (tests/python/test_blas_threads.py)
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   llvm-14-dev                # ORC LLJIT for CPU code generation
   pybind11-dev python3-pybind11 python3-dev
