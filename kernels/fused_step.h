@@ -261,6 +261,9 @@ struct CudaLoopArgs {
   const std::vector<at::Tensor>* u = nullptr;
   const std::vector<std::vector<at::Tensor>>* so = nullptr;
   const std::vector<std::vector<at::Tensor>>* aux = nullptr;  // empty: none
+  // In place: u holds the params, which get param + update, and so the
+  // states themselves (kernels' `accumulate`).
+  bool in_place = false;
 };
 using CudaLoop = void (*)(const CudaLoopArgs&);
 inline CudaLoop& RegisteredCudaLoop() {
@@ -274,10 +277,12 @@ inline std::string NoCudaKernelsMessage() {
          "--no-build-isolation .), or move the tensors to the CPU";
 }
 
-// RunFusedLoop's CUDA branch (functional modes only: the in-place step on
-// CUDA is the functional one followed by add_ / copy_).
+// RunFusedLoop's CUDA branch. In place, one pass: the kernels add each update
+// to its param and write the states over themselves (the functional step
+// followed by add_ and copy_ moved 13 values per Adam element instead of 7,
+// and ran at 51-57% of the copy bandwidth on an H100).
 template <class Opt>
-void RunCudaLoop(const typename Opt::Hyper& h, const std::vector<at::Tensor>& g,
+void RunCudaLoop(const typename Opt::Hyper& h, bool in_place, const std::vector<at::Tensor>& g,
                  const std::vector<at::Tensor>& p,
                  const std::vector<std::vector<at::Tensor>>& s,
                  const std::vector<at::Tensor>& u,
@@ -297,6 +302,13 @@ void RunCudaLoop(const typename Opt::Hyper& h, const std::vector<at::Tensor>& g,
     a.state_slots.push_back(StateSlot<Opt>(a.variant, static_cast<int>(j)));
   }
   a.g = &g, a.p = &p, a.s = &s, a.u = &u, a.so = &so, a.aux = &aux;
+  const std::vector<at::Tensor> no_params;
+  if (in_place) {
+    a.in_place = true;
+    a.u = &p;
+    a.so = &s;
+    a.p = Opt::UsesParam(h) ? &p : &no_params;
+  }
   if (dtype == at::kFloat) {
     const auto coeffs = Opt::template MakeCoeffs<float>(h);
     a.coeffs = &coeffs;
@@ -321,7 +333,7 @@ void RunFusedLoop(const typename Opt::Hyper& h, int mode,
                   const std::vector<std::vector<at::Tensor>>& aux) {
   const size_t K = g.size();
   if (K == 0) return;
-  if (g[0].is_cuda()) return RunCudaLoop<Opt>(h, g, p, s, u, so, aux);
+  if (g[0].is_cuda()) return RunCudaLoop<Opt>(h, mode == kInPlace, g, p, s, u, so, aux);
   const int variant = Opt::Variant(h);
   std::vector<int64_t> sizes(K);
   for (size_t k = 0; k < K; ++k) sizes[k] = g[k].numel();
@@ -479,16 +491,6 @@ void FusedStepInPlace(const typename Opt::Hyper& h, at::TensorList params,
   };
   const size_t K = grads.size();
   const int S = static_cast<int>(states.size());
-  if (K > 0 && grads[0].is_cuda()) {
-    // No single-pass CUDA kernel: the functional step, then the writes back.
-    const at::TensorList used = Opt::UsesParam(h) ? params : at::TensorList();
-    StepOutputs out = FusedStepForward<Opt>(h, grads, used, states, false);
-    for (size_t k = 0; k < K; ++k) {
-      params[k].add_(out.updates[k]);
-      for (int j = 0; j < S; ++j) states[j][k].copy_(out.states[j][k]);
-    }
-    return;
-  }
   std::vector<at::Tensor> g(K), p(params.begin(), params.end());
   std::vector<std::vector<at::Tensor>> s(S);
   for (size_t k = 0; k < K; ++k) {

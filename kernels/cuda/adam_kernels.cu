@@ -12,7 +12,7 @@ __global__ void AdamForwardKernel(const AdamCoeffs<T> c,
     T u, m, v, r;
     AdamElement<T>(c, t.grad[j], t.param ? t.param[j] : T(0), t.mu[j],
                    t.nu[j], &u, &m, &v, &r);
-    t.update[j] = u;
+    t.update[j] = t.accumulate ? t.update[j] + u : u;
     t.mu_out[j] = m;
     t.nu_out[j] = v;
     if (t.root) t.root[j] = r;

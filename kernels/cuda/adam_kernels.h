@@ -25,6 +25,9 @@ struct AdamTensor {
   T* nu_out = nullptr;
   T* root = nullptr;  // optional: r = sqrt(nu_hat + eps_root), for the backward
   int64_t n = 0;
+  // In place: `update` is the param and gets param + update; mu_out / nu_out
+  // are mu / nu (each element is read before it is written, by one thread).
+  bool accumulate = false;
 };
 
 // One tensor of the first-order backward (AdamBackwardElement): the saved

@@ -48,6 +48,7 @@ void RunAdam(const CudaLoopArgs& a, cudaStream_t stream) {
     t.nu_out = Ptr<T>((*a.so)[1][k]);
     t.root = a.aux->empty() ? nullptr : Ptr<T>((*a.aux)[0][k]);
     t.n = g[k].numel();
+    t.accumulate = a.in_place;
   }
   int failed = -1;
   Check(cuda::AdamMultiForward<T>(*static_cast<const AdamCoeffs<T>*>(a.coeffs), ts.data(),
@@ -75,6 +76,7 @@ void RunStep(const CudaLoopArgs& a, cudaStream_t stream,
     }
     t.update = Ptr<T>((*a.u)[k]);
     t.n = g[k].numel();
+    t.accumulate = a.in_place;
   }
   int failed = -1;
   Check(launch(*static_cast<const Coeffs*>(a.coeffs), ts.data(), static_cast<int>(ts.size()),

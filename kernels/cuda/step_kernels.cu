@@ -59,7 +59,7 @@ __global__ void StepKernel(const Coeffs c, const Batch<StepTensor<T>> b) {
     StepElement<T>(c, t.grad[j], Load(t.param, j), Load(t.state[0], j),
                    Load(t.state[1], j), Load(t.state[2], j), &u, &o0, &o1,
                    &o2);
-    t.update[j] = u;
+    t.update[j] = t.accumulate ? t.update[j] + u : u;
     Store(t.state_out[0], j, o0);
     Store(t.state_out[1], j, o1);
     Store(t.state_out[2], j, o2);

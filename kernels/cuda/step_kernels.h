@@ -29,6 +29,7 @@ struct StepTensor {
   T* update = nullptr;
   T* state_out[3] = {nullptr, nullptr, nullptr};
   int64_t n = 0;
+  bool accumulate = false;  // in place: update is the param, += (AdamTensor)
 };
 
 // Each returns the first launch error (cudaSuccess otherwise); *failed_launch

@@ -201,3 +201,40 @@ def test_fused_adam_cuda_equals_the_cpu_op(dtype):
                    for u, m, wi in zip(out_gpu[0], out_gpu[1], w))
     for a, b in zip(torch.autograd.grad(loss_cpu, g), torch.autograd.grad(loss_gpu, gg)):
         torch.testing.assert_close(b.cpu(), a, **tol)
+
+
+@needs_gpu
+@pytest.mark.skipif(GPU_REASON is None and not _has_cuda_kernel("metafuse::adam_multi_"),
+                    reason="metafuse::adam_multi_ has no CUDA kernel in this build "
+                           "(built without METAFUSE_WITH_CUDA_TORCH)")
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_in_place_steps_on_cuda_equal_the_cpu_ops(dtype, weight_decay):
+    # One pass on CUDA: the kernels add the update to the param and write the
+    # states over themselves (Adam's kernel and the other optimizers' one).
+    torch.manual_seed(1)
+    sizes = [(1025,), (3, 7), (1,), (4097, 3)]
+
+    def tensors(make):
+        return [make(s, dtype=dtype) for s in sizes]
+
+    grads, mus, params, nus = tensors(torch.randn), tensors(torch.randn), tensors(torch.randn), \
+        tensors(torch.rand)
+    on_gpu = lambda ts: [t.cuda() for t in ts]  # noqa: E731
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-14)
+    cpu = [[t.clone() for t in ts] for ts in (mus, nus, params)]
+    gpu = [on_gpu(ts) for ts in (mus, nus, params)]
+    for count in (1, 2):
+        opts = dict(count=count, lr=1e-2, eps=1e-3, weight_decay=weight_decay)
+        mf.ops.adam_multi_(grads, *cpu, **opts)
+        mf.ops.adam_multi_(on_gpu(grads), *gpu, **opts)
+    for a, b in zip(cpu, gpu):
+        for x, y in zip(a, b):
+            torch.testing.assert_close(y.cpu(), x, **tol)
+    buffers, sgd_params = [[t.clone() for t in mus], [t.clone() for t in params]]
+    gpu_buffers, gpu_params = on_gpu(buffers), on_gpu(sgd_params)
+    opts = dict(count=2, lr=1e-2, momentum=0.9, weight_decay=weight_decay)
+    mf.ops.sgd_multi_(grads, buffers, sgd_params, **opts)
+    mf.ops.sgd_multi_(on_gpu(grads), gpu_buffers, gpu_params, **opts)
+    for x, y in zip(buffers + sgd_params, gpu_buffers + gpu_params):
+        torch.testing.assert_close(y.cpu(), x, **tol)
