@@ -10,7 +10,8 @@
 #      operators' CUDA form), against the installed package;
 #   4. bench/cuda_bench.py (fused Adam vs copy bandwidth, MAML on the GPU,
 #      NVRTC latency);
-#   5. the whole Python suite against that build (pytest-xdist if present),
+#   5. the whole Python suite against that build, a pytest per test folder
+#      (pytest-xdist inside each if present),
 #      in the time that is left.
 #
 # Usage: bash tools/gpu_check.sh [OUTDIR]   (default $OUT, else /tmp/metafuse_gpu)
@@ -137,10 +138,23 @@ tail -3 "$out/gpu_tests.log" >> "$out/summary.txt"
 step "cuda_bench" 150 "$out/cuda_bench.log" "$py" bench/cuda_bench.py
 tail -25 "$out/cuda_bench.log" >> "$out/summary.txt"
 
-# 5. The whole suite, in what is left.
+# 5. The whole suite, in what is left: one pytest per folder of
+# tests/python (and one for its top-level files), so that a crash (a
+# segmentation fault kills pytest, and pytest-xdist's workers with it) costs
+# one folder, not the rest; pytest-xdist inside a folder where installed.
 xdist=()
-"$py" -c 'import xdist' 2>/dev/null && xdist=(-n "$((jobs > 12 ? 12 : jobs))")
-step "Python suite" 400 "$out/suite.log" "$py" -m pytest tests/python -q -p no:cacheprovider \
-  --tb=short -rfE "${xdist[@]}"
-tail -3 "$out/suite.log" >> "$out/summary.txt"
+"$py" -c 'import xdist' 2>/dev/null && xdist=(-n "$((jobs > 8 ? 8 : jobs))")
+parts=(tests/python/*/)
+parts=("${parts[@]%/}" "tests/python/test_*.py")
+: > "$out/suite.log"
+for part in "${parts[@]}"; do
+  [[ "$(basename "$part")" == __pycache__ ]] && continue
+  # shellcheck disable=SC2086  (the glob of top-level files expands here)
+  step "suite: $part" 300 "$out/suite_part.log" "$py" -m pytest $part -q -p no:cacheprovider \
+    --tb=short -rfE "${xdist[@]}"
+  { echo "=== $part"; cat "$out/suite_part.log"; } >> "$out/suite.log"
+  tail -1 "$out/suite_part.log" >> "$out/summary.txt"
+  (( budget - (SECONDS - start) < 20 )) && { say "suite: out of time after $part"; break; }
+done
+rm -f "$out/suite_part.log"
 say "done in $((SECONDS - start)) s"
