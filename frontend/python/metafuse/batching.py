@@ -234,9 +234,13 @@ class BatchedFunction:
         its backward once to compile and up to 3 times timed; the fastest's
         result is returned."""
         batched = self._program_for(args, dims)
-        out = batched(*args)
+        # The batched program's fusion cost check waits until it is kept (it
+        # runs on the program's next call, below or at the caller's).
+        with batched.fusion_checks_deferred():
+            out = batched(*args)
         if not _has_grouped_convolutions(batched, args):
             self._strategies[key] = {"strategy": "batched", "reason": "no grouped convolution"}
+            batched.check_deferred_fusion(*args)  # kept: checked now, as any compile
             return out
         del out
         inputs = [t for arg in args for t in _tree.leaves(arg)
@@ -245,7 +249,8 @@ class BatchedFunction:
         def seconds(run):
             return _cost_timing.seconds_of_call_and_backward(run, inputs)
 
-        batched_s = seconds(lambda: batched(*args))
+        with batched.fusion_checks_deferred():
+            batched_s = seconds(lambda: batched(*args))
         tasks_s = seconds(lambda: self._task_loop(args, dims, compiled=True))
         calls_s = seconds(lambda: self._task_loop(args, dims, compiled=False))
         loop, loop_s = (("calls", calls_s) if calls_s * _CALLS_MARGIN < tasks_s

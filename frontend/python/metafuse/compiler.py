@@ -35,6 +35,7 @@ import functools
 import numbers
 import os
 import re
+import threading
 import warnings
 
 import torch
@@ -533,6 +534,9 @@ class CompiledFunction(_CompiledBase):
         self._closure_owner = fn if closure_owner is None else closure_owner
         self._tracing_context = tracing_context or contextlib.nullcontext
         functools.update_wrapper(self, self._closure_owner, updated=())
+        # Guards compiled while fusion checks are deferred, not yet checked.
+        self._defer_fusion_checks = False
+        self._unchecked = set()
 
     def __call__(self, *args):
         flat, specs, keys, extras, guard = self._flatten(args)
@@ -542,11 +546,45 @@ class CompiledFunction(_CompiledBase):
             entry = self._compile(args, specs, flat, keys, extras)
             self._programs[guard] = entry
             if not isinstance(entry, str):
-                self._check_fusion(entry[0], flat + extras)
+                if self._defer_fusion_checks:
+                    self._unchecked.add(guard)
+                else:
+                    self._check_fusion(entry[0], flat + extras)
+        elif self._unchecked:
+            self._check_deferred(guard, entry, flat + extras)
         if isinstance(entry, str):
             return self.fn(*args)
         program, out_spec = entry
         return _tree.unflatten(out_spec, program(flat + extras))
+
+    @contextlib.contextmanager
+    def fusion_checks_deferred(self):
+        """Guards compiled inside run without the fusion cost check, which
+        runs on their first call afterwards on the main thread: metafuse.vmap
+        times its strategies with the fused programs and checks only the one
+        it keeps (the batched conv program's check alone took 10 of a
+        21-second first meta-step, also when the task loop won)."""
+        self._defer_fusion_checks = True
+        try:
+            yield
+        finally:
+            self._defer_fusion_checks = False
+
+    def check_deferred_fusion(self, *args):
+        """Runs now the deferred fusion check of the guard these arguments
+        select, if it has one (on the main thread only)."""
+        if self._unchecked:
+            flat, _, _, extras, guard = self._flatten(args)
+            entry = self._programs.get(guard)
+            if entry is not None:
+                self._check_deferred(guard, entry, flat + extras)
+
+    def _check_deferred(self, guard, entry, leaves):
+        # Never inside parallel chunks: only the main thread times programs.
+        if (guard in self._unchecked and not self._defer_fusion_checks
+                and threading.current_thread() is threading.main_thread()):
+            self._unchecked.discard(guard)
+            self._check_fusion(entry[0], leaves)
 
     def _flatten(self, args):
         """(leaves, [(spec, count)], closed-over keys and tensors, guard)."""

@@ -3,8 +3,8 @@ loops (the one-task program; the function as written): where the batched
 program has grouped convolutions, the first call times all three and keeps
 the fastest, and every choice gives the per-task loop's losses and
 meta-gradients (float64, 1e-10); programs without grouped convolutions are
-never timed; METAFUSE_VMAP_STRATEGY forces a strategy and a bad value is
-named."""
+never timed; the batched program's fusion check waits until it is kept;
+METAFUSE_VMAP_STRATEGY forces a strategy and a bad value is named."""
 
 import pytest
 import torch
@@ -118,3 +118,38 @@ def test_a_bad_setting_is_named(monkeypatch):
                                          "auto, batched, tasks, calls, parallel, parallel-tasks, "
                                          "got 'fastest'"):
         tasks.losses()
+
+
+@pytest.mark.parametrize("margin, kept", [(0.0, False), (1e9, True)],
+                         ids=["a task loop wins", "the batched program wins"])
+def test_the_batched_programs_fusion_check_waits_until_it_is_kept(monkeypatch, margin, kept):
+    # Timed strategies run the fused batched program; its fusion cost check
+    # (fused against unfused, several calls) runs only once the strategy
+    # keeps it, and never while a task loop is kept. The margin decides the
+    # choice: a task loop must be `margin` times faster to win.
+    from metafuse import batching
+    monkeypatch.setattr(batching, "_TASKS_MARGIN", margin)
+    monkeypatch.setenv("METAFUSE_FUSION_CHECK", "1")
+    monkeypatch.delenv(VARIABLE, raising=False)
+    tasks = ConvTasks(cnn_pooled())
+    first = tasks.losses()
+    [record] = tasks.task_loss.strategies()
+    assert (record["strategy"] == "batched") == kept, record
+    [batched] = tasks.task_loss._programs.values()
+    assert len(batched.fusion_checks()) == (1 if kept else 0)
+    tasks.check(first)
+    monkeypatch.setenv(VARIABLE, "batched")  # the batched program runs now: checked first
+    tasks.check(tasks.losses())
+    assert len(batched.fusion_checks()) == 1
+
+
+def test_without_grouped_convolutions_the_fusion_check_runs_on_the_first_call(monkeypatch):
+    monkeypatch.setenv("METAFUSE_FUSION_CHECK", "1")
+    monkeypatch.delenv(VARIABLE, raising=False)
+    torch.manual_seed(0)
+    w = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    f = mf.vmap(lambda w, x: torch.tanh(x @ w).sum(), in_dims=(None, 0))
+    x = torch.randn(5, 7, 3, dtype=torch.float64)
+    f(w, x).sum().backward()
+    [batched] = f._programs.values()
+    assert len(batched.fusion_checks()) == 1
