@@ -633,7 +633,8 @@ def main():
     started = time.time()
     result = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv),
               "load_average_start": load, "small": args.small, "repeats": args.repeats,
-              "truth_factor": TRUTH_FACTOR, "float64_tolerance": FLOAT64_TOLERANCE, "float64": args.float64,
+              "truth_factor": TRUTH_FACTOR, "float64_tolerance": FLOAT64_TOLERANCE,
+              "float64": args.float64,
               "memory_note": "1 thread, oneDNN off (see memory_of)", "cells": {}, "memory": {}}
     for threads in args.threads:
         print(f"timing at {threads} thread(s) ...", file=sys.stderr, flush=True)

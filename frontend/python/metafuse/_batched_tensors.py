@@ -22,7 +22,8 @@ import torch
 
 _functorch = torch._C._functorch
 
-__all__ = ["transforms_active", "is_batched", "physical_grad", "untraced_sizes", "no_tracing", "BatchingError"]
+__all__ = ["transforms_active", "is_batched", "physical_grad", "untraced_sizes", "no_tracing",
+           "BatchingError"]
 
 
 class BatchingError(RuntimeError):

@@ -508,7 +508,6 @@ def grad(output, inputs):
     return _tree.unflatten(spec, list(torch.ops.metafuse.grad(output, leaves)))
 
 
-
 def _check_devices(leaves):
     """Refuses, before anything is traced, a tensor on a device compiled
     programs cannot take (meta, mps, ...); the program's own check says the
@@ -519,6 +518,7 @@ def _check_devices(leaves):
                 f"compiled function, input {i}: metafuse compiles programs for CPU and CUDA "
                 f"tensors; got a tensor on {t.device}: move the inputs with .to('cpu') or "
                 f".to('cuda'), or call the function eagerly")
+
 
 class CompiledFunction(_CompiledBase):
     """A user function compiled by metafuse.compile (see compile)."""
