@@ -50,7 +50,9 @@ bool SameResultReading(const Node* user, size_t index, const c10::TensorTypePtr&
 
 int64_t BroadcastExpandedOperands(const std::shared_ptr<torch::jit::Graph>& graph) {
   int64_t rewired = 0;
-  for (Node* expand : graph->nodes()) {
+  for (auto it = graph->nodes().begin(); it != graph->nodes().end();) {
+    Node* expand = *it;
+    ++it;  // before `expand` may be destroyed
     if (expand->kind() != aten::expand) continue;
     Value* source = expand->input(0);
     auto source_type = CompleteTensorType(source);
@@ -65,6 +67,10 @@ int64_t BroadcastExpandedOperands(const std::shared_ptr<torch::jit::Graph>& grap
       use.user->replaceInput(use.offset, source);
       ++rewired;
     }
+    // An expansion nothing reads any more would still run as an
+    // instruction (the graph holds metafuse nodes, so no generic dead-code
+    // pass runs after this one).
+    if (!uses.empty() && !expand->output()->hasUses()) expand->destroy();
   }
   return rewired;
 }

@@ -86,6 +86,20 @@ inline std::optional<std::vector<bool>> ReducedDims(const torch::jit::Node* node
   return reduced;
 }
 
+// Whether a tensor type of known sizes and strides is laid out row-major
+// (dims of size 1 may have any stride).
+inline bool RowMajorLayout(const c10::TensorTypePtr& t) {
+  auto sizes = t->sizes().concrete_sizes();
+  auto strides = t->strides().concrete_sizes();
+  if (!sizes || !strides) return false;
+  int64_t expected = 1;
+  for (size_t d = sizes->size(); d-- > 0;) {
+    if ((*sizes)[d] != 1 && (*strides)[d] != expected) return false;
+    expected *= (*sizes)[d];
+  }
+  return true;
+}
+
 // Nodes of the graph's top-level block, constants not counted.
 inline int64_t CountGraphNodes(const torch::jit::Graph& graph) {
   int64_t n = 0;

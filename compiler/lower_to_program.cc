@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
 
 #include "compiler/codegen/cuda_printer.h"
 #include "compiler/codegen/llvm_printer.h"
@@ -124,6 +125,24 @@ std::optional<runtime::ReductionPlan> ReductionPlanFor(const Node* node) {
   return plan;
 }
 
+// A list of constant numbers (sizes after shape specialization) is a
+// constant itself, not an instruction building it at every run; no
+// operation of a program mutates a list it reads.
+std::optional<c10::IValue> ConstantList(const Node* node) {
+  if (node->kind() != prim::ListConstruct) return std::nullopt;
+  const auto element = node->output()->type()->expectRef<c10::ListType>().getElementType();
+  if (element->kind() != c10::TypeKind::IntType && element->kind() != c10::TypeKind::FloatType &&
+      element->kind() != c10::TypeKind::BoolType) {
+    return std::nullopt;
+  }
+  for (const Value* in : node->inputs()) {
+    if (in->node()->kind() != prim::Constant) return std::nullopt;
+  }
+  auto values = torch::jit::runNodeIfInputsAreConstant(node);
+  if (!values || values->size() != 1) return std::nullopt;
+  return (*values)[0];
+}
+
 class Lowering {
  public:
   Lowering(const std::string& label, const LoweringOptions& options) : options_(options) {
@@ -139,6 +158,10 @@ class Lowering {
         TORCH_CHECK(value.has_value(), "metafuse lowering: unreadable constant %",
                     node->output()->debugName());
         code_.constants.emplace_back(Allocate(node->output()), *value);
+        continue;
+      }
+      if (auto list = ConstantList(node)) {
+        code_.constants.emplace_back(Allocate(node->output()), *std::move(list));
         continue;
       }
       runtime::InstructionCode ins = Instruction(node);

@@ -20,6 +20,7 @@
 #include "compiler/lower_matmul.h"
 #include "compiler/merge_fusion_groups.h"
 #include "compiler/broadcast_expanded_operands.h"
+#include "compiler/cancel_transposes.h"
 #include "compiler/rank_one_products.h"
 #include "compiler/split_grouped_convolutions.h"
 #include "compiler/lower_optimizer_ops.h"
@@ -76,6 +77,7 @@ runtime::ProgramCode FuseAndLower(std::shared_ptr<Graph> graph, const std::strin
     report->grouped_convolutions = convolutions.grouped;
     report->split_convolutions = convolutions.split;
     RankOneProductsToMultiplies(graph);  // before GEMMs: outer products fuse
+    CancelTransposesAroundElementwise(graph);  // their gradients' transposes
     report->gemms = LowerMatmulToGemm(graph);
     BroadcastExpandedOperands(graph);  // before fusion: kernels read the sources
     const FusionStats vertical = FuseElementwise(graph, options.reduction_fusion);

@@ -75,10 +75,12 @@ void AddElementwiseRules(RuleTable& t) {
          Value* y = n->output();
          return {e.mul(go[0], e.mul(y, e.op("aten::rsub", {y, e.c(1.0)})))};
        });
+  // The mask from the result (relu(x) > 0 exactly when x > 0): the result is
+  // kept anyway by whatever consumes it, the input need not be saved.
   t.emplace("aten::relu",
        [](Emit& e, Node* n, const Grads& go) -> Grads {
          Value* mask =
-             e.as_mask(e.op("aten::gt", {n->input(0), e.c(0.0)}), go[0]);
+             e.as_mask(e.op("aten::gt", {n->output(), e.c(0.0)}), go[0]);
          return {e.mul(go[0], mask)};
        });
   t.emplace("aten::sqrt",

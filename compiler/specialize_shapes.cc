@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
+#include "compiler/ir_helpers.h"
 #include "compiler/lower_fusion_group.h"
 #include "compiler/lower_to_program.h"
 
@@ -14,6 +15,7 @@ namespace metafuse::compiler {
 using torch::jit::Node;
 using torch::jit::Value;
 namespace aten = torch::jit::aten;
+namespace prim = torch::jit::prim;
 
 namespace {
 
@@ -33,6 +35,11 @@ bool IsShapeQuery(const Node* node) {
 // The value a no-op shape node passes through, or nullptr.
 Value* IdentityOf(Node* node) {
   const auto kind = node->kind();
+  // int(tensor(n)) is n: a traced size read back as a Python int.
+  if (kind == aten::Int && node->input(0)->node()->kind() == prim::NumToTensor &&
+      node->input(0)->node()->input(0)->type()->kind() == c10::TypeKind::IntType) {
+    return node->input(0)->node()->input(0);
+  }
   Value* in = node->inputs().empty() ? nullptr : node->input(0);
   const auto in_type = in ? CompleteTensorType(in) : nullptr;
   const auto out_type = node->outputs().size() == 1 ? CompleteTensorType(node->output())
@@ -48,14 +55,7 @@ Value* IdentityOf(Node* node) {
   } else if (kind == aten::type_as) {
     if (in_type->scalarType() == out_type->scalarType()) return in;
   } else if (kind == aten::contiguous) {
-    const auto strides = *in_type->strides().concrete_sizes();
-    int64_t expected = 1;
-    bool contiguous = true;
-    for (size_t d = in_sizes.size(); d-- > 0;) {
-      if (in_sizes[d] != 1 && strides[d] != expected) contiguous = false;
-      expected *= in_sizes[d];
-    }
-    if (contiguous) return in;
+    if (RowMajorLayout(in_type)) return in;
   }
   return nullptr;
 }

@@ -916,6 +916,27 @@ TEST(AutodiffRules, ScatterAddWithLargerSource) {
   EXPECT_TRUE(Close(results[2].toTensor(), eager[1], "d src"));
 }
 
+// relu's gradient masks by its result (relu(x) > 0 exactly where x > 0): x
+// is read by relu alone, so the backward program need not save it beside the
+// result that the next layer keeps anyway. Zeros and negatives included.
+TEST(AutodiffRules, ReluMasksByItsResult) {
+  auto graph = std::make_shared<Graph>();
+  Value* x = graph->addInput();
+  Value* v = graph->addInput();
+  at::Tensor x_t = torch::tensor({-2.0, -0.0, 0.0, 0.5, 3.0}, torch::kDouble).requires_grad_(true);
+  x->setType(c10::TensorType::create(x_t));
+  v->setType(c10::TensorType::create(x_t));
+  Value* out = graph->insert(Symbol::fromQualString("aten::relu"), {x});
+  out->setType(c10::TensorType::create(x_t));
+  auto grads = AppendVjp(*graph, {out}, {v}, {x});
+  graph->registerOutput(grads[0]);
+  EXPECT_EQ(x->uses().size(), 1u) << *graph;
+  at::Tensor v_t = torch::arange(1, 6, torch::kDouble);
+  auto results = MakeProgram(*graph).Run({x_t.detach(), v_t});
+  auto eager = torch::autograd::grad({torch::relu(x_t)}, {x_t}, {v_t});
+  EXPECT_TRUE(Close(results[0].toTensor(), eager[0], "d x"));
+}
+
 constexpr int kElementwisePrograms = 1000;
 constexpr int kConvPrograms = 200;
 

@@ -182,6 +182,44 @@ graph(%x : Tensor, %y : Tensor):
   ExpectAllClose(RunPlain(graph, inputs), reference);
 }
 
+// A traced size read back as an int (prim::NumToTensor, aten::Int, as
+// metafuse.vmap's expansions record it) is the int itself, and a list of
+// constants lowers to a constant: no instruction builds either at run time.
+TEST(SpecializeShapes, TracedSizesAndConstantListsAreNoInstructions) {
+  auto graph = ParseGraph(R"IR(
+graph(%x : Tensor):
+  %n : int = prim::Constant[value=4]()
+  %tasks : int = prim::Constant[value=3]()
+  %false : bool = prim::Constant[value=0]()
+  %t : Tensor = prim::NumToTensor(%n)
+  %i : int = aten::Int(%t)
+  %sizes : int[] = prim::ListConstruct(%tasks, %i)
+  %e : Tensor = aten::expand(%x, %sizes, %false)
+  %y : Tensor = aten::mul(%e, %e)
+  return (%y)
+)IR");
+  std::vector<c10::IValue> inputs = {Randn({4})};
+  auto reference = RunPlain(graph->copy(), inputs);
+  SpecializeShapes(graph, inputs);
+  EXPECT_EQ(Count(*graph, "aten::Int"), 0u) << *graph;
+  EXPECT_EQ(Count(*graph, "prim::NumToTensor"), 0u) << *graph;
+  runtime::ProgramCode code = LowerToProgram(*graph, "sizes");
+  for (const auto& ins : code.instructions) {
+    EXPECT_NE(ins.name, "prim::ListConstruct") << *graph;
+  }
+  EXPECT_EQ(code.instructions.size(), 2u) << *graph;  // expand, mul
+  ExpectAllClose(RunPlain(graph, inputs), reference);
+  // The constant list survives the program format.
+  runtime::CompiledProgram value;
+  value.forward = code;
+  value.backward = code;
+  value.num_inputs = 1;
+  value.num_outputs = 1;
+  auto loaded = runtime::DeserializeProgram(runtime::SerializeProgram(value));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectAllClose(Tensors(runtime::Program(loaded->forward).Run(inputs)), reference);
+}
+
 TEST(SpecializeShapes, RemovesIdentitySumToSizeAndTypeAsKeepsRealReduction) {
   auto graph = ParseGraph(R"IR(
 graph(%a : Tensor, %b : Tensor, %c : Tensor):

@@ -4,11 +4,13 @@
 // unfused results of standalone graphs.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/ir/irparser.h>
 
@@ -65,5 +67,28 @@ class SpecializedRunner {
   std::optional<runtime::Program> generic_;
   SignatureCache<std::unique_ptr<runtime::Program>> programs_;
 };
+
+// Runs `ir` specialized (every pass) and as it is on `inputs()`, twice (the
+// second run reuses the specialized program): the same sizes, dtypes and
+// values to rtol / atol (0 and 0: bit for bit).
+inline void ExpectSpecializedEqualsGeneric(const std::string& ir,
+                                           const std::function<std::vector<c10::IValue>()>& inputs,
+                                           double rtol, double atol) {
+  SpecializedRunner fused(ParseGraph(ir), "specialized", nullptr);
+  SpecializedRunner generic(ParseGraph(ir), "generic", nullptr);
+  generic.set_fusion(false);
+  for (int run = 0; run < 2; ++run) {
+    const auto got = fused.Run(inputs());
+    const auto want = generic.Run(inputs());
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) {
+      const at::Tensor a = got[k].toTensor(), b = want[k].toTensor();
+      EXPECT_EQ(a.sizes(), b.sizes()) << "output " << k;
+      EXPECT_EQ(a.scalar_type(), b.scalar_type()) << "output " << k;
+      EXPECT_TRUE(rtol == 0 && atol == 0 ? at::equal(a, b) : at::allclose(a, b, rtol, atol))
+          << "output " << k;
+    }
+  }
+}
 
 }  // namespace metafuse::compiler
