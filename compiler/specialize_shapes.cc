@@ -60,35 +60,37 @@ Value* IdentityOf(Node* node) {
   return nullptr;
 }
 
-// zeros_like(x) read by ops that are not fused (a pooling gradient's
-// scatter_add) needs only x's type: a fresh aten::zeros of that type lets
-// x go (otherwise a backward recomputes or keeps a whole activation just
-// for its shape). Read by fused kernels it stays: there it costs nothing.
-bool FoldZerosLike(torch::jit::Graph* graph, Node* node) {
-  if (node->kind() != aten::zeros_like) return false;
+// zeros_like(x) / ones_like(x) read by ops that are not fused (a pooling
+// gradient's scatter_add; the seed of a per-task loss's gradient, expanded
+// to the tasks) needs only x's type: a fresh aten::zeros / aten::ones of
+// that type lets x go (otherwise a backward recomputes or keeps a whole
+// activation just for its shape). Read by fused kernels it stays (there it
+// costs nothing) unless x is computed for nothing else: an inner step's
+// loss, summed over the tasks only to seed its gradient with ones_like.
+bool FoldFillLike(torch::jit::Graph* graph, Node* node) {
+  if (node->kind() != aten::zeros_like && node->kind() != aten::ones_like) return false;
   const auto out = CompleteTensorType(node->output());
-  if (!out || !out->device() || !out->scalarType()) return false;
-  const auto sizes = *out->sizes().concrete_sizes();
-  const auto strides = *out->strides().concrete_sizes();
-  int64_t expected = 1;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    if (sizes[d] != 1 && strides[d] != expected) return false;  // zeros would be contiguous
-    expected *= sizes[d];
-  }
+  // A fresh tensor is row-major: only a row-major result can be replaced.
+  if (!out || !out->device() || !out->scalarType() || !RowMajorLayout(out)) return false;
+  const bool only_shape_read = node->input(0)->uses().size() == 1 &&
+                               node->input(0)->node()->kind() != torch::jit::prim::Param;
   for (const torch::jit::Use& use : node->output()->uses()) {
-    if (IsFusibleNode(use.user)) return false;
+    if (IsFusibleNode(use.user) && !only_shape_read) return false;
   }
   torch::jit::WithInsertPoint guard(node);
   const c10::IValue none;
-  Value* zeros = graph->insertNode(graph->create(aten::zeros,
-                                                 {graph->insertConstant(c10::IValue(sizes)),
-                                                  graph->insertConstant(*out->scalarType()),
-                                                  graph->insertConstant(none),
-                                                  graph->insertConstant(*out->device()),
-                                                  graph->insertConstant(none)}))
-                      ->output()
-                      ->setType(out);
-  node->output()->replaceAllUsesWith(zeros);
+  const auto fill = node->kind() == aten::zeros_like ? aten::zeros : aten::ones;
+  Value* filled =
+      graph->insertNode(graph->create(fill,
+                                      {graph->insertConstant(c10::IValue(
+                                           *out->sizes().concrete_sizes())),
+                                       graph->insertConstant(*out->scalarType()),
+                                       graph->insertConstant(none),
+                                       graph->insertConstant(*out->device()),
+                                       graph->insertConstant(none)}))
+          ->output()
+          ->setType(out);
+  node->output()->replaceAllUsesWith(filled);
   return true;
 }
 
@@ -132,7 +134,7 @@ ShapeSpecialization SpecializeShapes(const std::shared_ptr<torch::jit::Graph>& g
     if (Value* same = IdentityOf(*it)) {
       it->output()->replaceAllUsesWith(same);
       ++result.identities_removed;
-    } else if (FoldZerosLike(graph.get(), *it)) {
+    } else if (FoldFillLike(graph.get(), *it)) {
       ++result.shape_queries_folded;
     }
   }

@@ -301,6 +301,41 @@ graph(%a : Tensor, %f : Tensor):
   }
 }
 
+TEST(SpecializeShapes, LossComputedOnlyToSeedItsGradientGoes) {
+  // metafuse.vmap's inner step: the tasks' losses summed only so that
+  // ones_like can seed their gradient, which a fused kernel then reads
+  // (expand is fusible). The seed becomes aten::ones and the loss dies.
+  // Another ones_like whose operand is read elsewhere stays.
+  auto graph = ParseGraph(R"IR(
+graph(%x : Tensor, %y : Tensor):
+  %none : NoneType = prim::Constant()
+  %false : bool = prim::Constant[value=0]()
+  %dims : int[] = prim::Constant[value=[1]]()
+  %tasks : int[] = prim::Constant[value=[4]]()
+  %sq : Tensor = aten::mul(%x, %x)
+  %loss : Tensor = aten::mean(%sq, %dims, %false, %none)
+  %total : Tensor = aten::sum(%loss, %none)
+  %seed : Tensor = aten::ones_like(%total, %none, %none, %none, %none, %none)
+  %seeds : Tensor = aten::expand(%seed, %tasks, %false)
+  %g : Tensor = aten::mul(%seeds, %y)
+  %kept : Tensor = aten::ones_like(%y, %none, %none, %none, %none, %none)
+  %h : Tensor = aten::mul(%kept, %y)
+  return (%g, %h)
+)IR");
+  torch::manual_seed(6);
+  std::vector<c10::IValue> inputs = {Randn({4, 3}), Randn({4})};
+  auto reference = RunPlain(graph->copy(), inputs);
+  SpecializeShapes(graph, inputs);
+  graph->lint();
+  EXPECT_EQ(Count(*graph, "aten::mean"), 0u) << *graph;
+  EXPECT_EQ(Count(*graph, "aten::sum"), 0u) << *graph;
+  EXPECT_EQ(Count(*graph, "aten::ones"), 1u) << *graph;
+  EXPECT_EQ(Count(*graph, "aten::ones_like"), 1u) << *graph;
+  auto got = RunPlain(graph, inputs);
+  ASSERT_EQ(got.size(), reference.size());
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(torch::equal(got[k], reference[k]));
+}
+
 TEST(SpecializeShapes, ZerosLikeReadOnlyByAScatterBecomesZerosOfItsType) {
   // A pooling gradient's pattern: zeros_like(relu(x)) read by scatter_add
   // needs only the shape, so relu(x) dies. A zeros_like read by an
