@@ -21,6 +21,7 @@
 #include "compiler/merge_fusion_groups.h"
 #include "compiler/broadcast_expanded_operands.h"
 #include "compiler/cancel_transposes.h"
+#include "compiler/scatter_into_zeros.h"
 #include "compiler/rank_one_products.h"
 #include "compiler/split_grouped_convolutions.h"
 #include "compiler/lower_optimizer_ops.h"
@@ -80,6 +81,7 @@ runtime::ProgramCode FuseAndLower(std::shared_ptr<Graph> graph, const std::strin
     CancelTransposesAroundElementwise(graph);  // their gradients' transposes
     report->gemms = LowerMatmulToGemm(graph);
     BroadcastExpandedOperands(graph);  // before fusion: kernels read the sources
+    ScatterIntoFreshZeros(graph);  // pooling gradients: one pass, not two
     const FusionStats vertical = FuseElementwise(graph, options.reduction_fusion);
     report->merged_groups = MergeFusionGroups(graph);
     const HorizontalFusionStats horizontal = FuseHorizontally(graph);

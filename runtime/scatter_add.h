@@ -33,4 +33,13 @@ at::Tensor ScatterAddLastDim(at::Tensor self, const at::Tensor& index, const at:
 
 torch::jit::Operation MakeScatterAddOperation(torch::jit::Operation aten);
 
+// zeros(size, dtype, device).scatter_add_(dim, index, src) in one pass where
+// ScatterAddLastDim applies: each row zeroed right before its scatter,
+// instead of a pass of zeros over the whole tensor first (a pooling
+// gradient of the conv net's first layer is 15 MB). Registered as
+// metafuse::scatter_add_into_zeros, which compiler/scatter_into_zeros.h
+// puts in programs; other devices and layouts take the two ATen calls.
+at::Tensor ScatterAddIntoZeros(at::IntArrayRef size, at::ScalarType dtype, at::Device device,
+                               int64_t dim, const at::Tensor& index, const at::Tensor& src);
+
 }  // namespace metafuse::runtime
