@@ -10,8 +10,9 @@
 // would broadcast to the same result shape anyway, it reads the source
 // [R, C] instead: the fuser then reads it with the inner-broadcast access,
 // and an unfused ATen operation broadcasts it. The expansion stays for its
-// other readers, and goes when none is left. Operands of one dtype only, so that type promotion (which
-// ranks 0-dim tensors below the others) cannot change.
+// other readers, and goes when none is left. Operands of one dtype only, so
+// that type promotion (which ranks 0-dim tensors below the others) cannot
+// change.
 #pragma once
 
 #include <memory>

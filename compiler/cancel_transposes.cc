@@ -1,7 +1,5 @@
 #include "compiler/cancel_transposes.h"
 
-#include <torch/csrc/jit/ir/constants.h>
-
 #include "compiler/ir_helpers.h"
 #include "compiler/op_table.h"
 #include "compiler/specialize_shapes.h"
@@ -17,15 +15,10 @@ namespace {
 // The two dims aten::transpose `n` swaps, normalized and ordered, or
 // {-1, -1} when `n` is not a transpose with constant dims of a known rank.
 std::pair<int64_t, int64_t> SwappedDims(const Node* n) {
-  if (n->kind() != aten::transpose) return {-1, -1};
-  auto type = CompleteTensorType(n->input(0));
-  auto d0 = torch::jit::constant_as<int64_t>(n->input(1));
-  auto d1 = torch::jit::constant_as<int64_t>(n->input(2));
-  if (!type || !d0 || !d1) return {-1, -1};
-  const int64_t rank = static_cast<int64_t>(*type->dim());
-  const int64_t a = *d0 < 0 ? *d0 + rank : *d0, b = *d1 < 0 ? *d1 + rank : *d1;
-  if (a == b) return {-1, -1};
-  return {std::min(a, b), std::max(a, b)};
+  auto type = n->kind() == aten::transpose ? CompleteTensorType(n->input(0)) : nullptr;
+  const auto dims = type ? TransposedDims(n, static_cast<int64_t>(*type->dim())) : std::nullopt;
+  if (!dims || dims->first == dims->second) return {-1, -1};
+  return *dims;
 }
 
 // Arithmetic the fuser lowers (the result's dtype is its operands').

@@ -2,7 +2,9 @@
 // definition each.
 #pragma once
 
+#include <algorithm>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <torch/csrc/jit/ir/constants.h>
@@ -98,6 +100,18 @@ inline bool RowMajorLayout(const c10::TensorTypePtr& t) {
     expected *= (*sizes)[d];
   }
   return true;
+}
+
+// The two dims aten::transpose `n` swaps on a tensor of `rank`, normalized
+// and ordered, or nullopt when `n` is not a transpose with constant dims.
+inline std::optional<std::pair<int64_t, int64_t>> TransposedDims(const torch::jit::Node* n,
+                                                                  int64_t rank) {
+  if (n->kind() != torch::jit::aten::transpose) return std::nullopt;
+  auto d0 = torch::jit::constant_as<int64_t>(n->input(1));
+  auto d1 = torch::jit::constant_as<int64_t>(n->input(2));
+  if (!d0 || !d1) return std::nullopt;
+  const int64_t a = *d0 < 0 ? *d0 + rank : *d0, b = *d1 < 0 ? *d1 + rank : *d1;
+  return std::make_pair(std::min(a, b), std::max(a, b));
 }
 
 // Nodes of the graph's top-level block, constants not counted.

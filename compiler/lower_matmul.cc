@@ -2,6 +2,7 @@
 
 #include <torch/csrc/jit/ir/constants.h>
 
+#include "compiler/ir_helpers.h"
 #include "compiler/specialize_shapes.h"
 
 namespace metafuse::compiler {
@@ -28,12 +29,8 @@ bool RowMajorMatrix(const Value* v, int64_t rank = 2) {
 // Whether `n` swaps the last two dims of a tensor of `rank` 2 or 3.
 bool SwapsLastTwo(const Node* n, int64_t rank) {
   if (n->kind() == aten::t) return rank == 2;
-  if (n->kind() != aten::transpose) return false;
-  auto d0 = torch::jit::constant_as<int64_t>(n->input(1));
-  auto d1 = torch::jit::constant_as<int64_t>(n->input(2));
-  if (!d0 || !d1) return false;
-  const int64_t a = *d0 < 0 ? *d0 + rank : *d0, b = *d1 < 0 ? *d1 + rank : *d1;
-  return std::min(a, b) == rank - 2 && std::max(a, b) == rank - 1;
+  const auto dims = TransposedDims(n, rank);
+  return dims && dims->first == rank - 2 && dims->second == rank - 1;
 }
 
 // The row-major matrix (stack) `v` is the transpose of, or nullptr.

@@ -6,7 +6,6 @@
 namespace metafuse::compiler {
 
 using torch::jit::Node;
-using torch::jit::Value;
 namespace aten = torch::jit::aten;
 
 namespace {

@@ -73,7 +73,7 @@ bool FoldFillLike(torch::jit::Graph* graph, Node* node) {
   // A fresh tensor is row-major: only a row-major result can be replaced.
   if (!out || !out->device() || !out->scalarType() || !RowMajorLayout(out)) return false;
   const bool only_shape_read = node->input(0)->uses().size() == 1 &&
-                               node->input(0)->node()->kind() != torch::jit::prim::Param;
+                               node->input(0)->node()->kind() != prim::Param;
   for (const torch::jit::Use& use : node->output()->uses()) {
     if (IsFusibleNode(use.user) && !only_shape_read) return false;
   }

@@ -87,17 +87,13 @@ at::Tensor ScatterAddLastDim(at::Tensor self, const at::Tensor& index, const at:
 
 at::Tensor ScatterAddIntoZeros(at::IntArrayRef size, at::ScalarType dtype, at::Device device,
                                int64_t dim, const at::Tensor& index, const at::Tensor& src) {
-  const auto options = at::TensorOptions().dtype(dtype).device(device);
-  if (device.is_cpu()) {
-    // The result's metadata without its data: LastDimScatterAddApplies
-    // checks shapes, dtypes and layouts only.
-    at::Tensor out = at::empty(size, options);
-    if (LastDimScatterAddApplies(out, dim, index, src)) {
-      ScatterInto(out, index, src, /*zero_first=*/true);
-      return out;
-    }
+  // LastDimScatterAddApplies reads only the result's metadata, not its data.
+  at::Tensor out = at::empty(size, at::TensorOptions().dtype(dtype).device(device));
+  if (LastDimScatterAddApplies(out, dim, index, src)) {
+    ScatterInto(out, index, src, /*zero_first=*/true);
+    return out;
   }
-  return at::zeros(size, options).scatter_add_(dim, index, src);
+  return out.zero_().scatter_add_(dim, index, src);
 }
 
 TORCH_LIBRARY_FRAGMENT(metafuse, m) {
