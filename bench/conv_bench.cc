@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/convolution.h"
+#include "runtime/direct_convolution.h"
 #include "runtime/winograd_convolution.h"
 
 namespace {
@@ -166,5 +167,41 @@ int main() {
       std::printf("%-42s %10.2f %10.2f %7.2fx %13s %8s  %s\n", s.name, aten, gemm, aten / gemm,
                   "-", "-", used);
     }
+  }
+
+  // Few-input-channel layers (runtime/direct_convolution): the direct
+  // kernels against what programs ran before, the GEMM of packed patches
+  // for the forward and convolution_backward for the weight gradient.
+  struct FirstLayer {
+    const char* name;
+    std::vector<int64_t> input;
+    int64_t out_channels;
+  };
+  const FirstLayer first_layers[] = {
+      {"Omniglot layer 1, query (75 x 1 ch, 28x28)", {75, 1, 28, 28}, 64},
+      {"Omniglot layer 1, support (5 images)", {5, 1, 28, 28}, 64},
+      {"ResNet stem, query (25 x 3 ch, 16x16)", {25, 3, 16, 16}, 16},
+      {"ResNet stem, support (5 images)", {5, 3, 16, 16}, 16},
+  };
+  std::printf("\n%-42s %10s %10s %8s %14s %10s %8s\n", "first layer (3x3, padding 1)",
+              "GEMM ms", "direct ms", "speed-up", "wgrad bwd ms", "direct ms", "speed-up");
+  for (const FirstLayer& f : first_layers) {
+    const at::Tensor input = at::randn(f.input);
+    const at::Tensor weight = at::randn({f.out_channels, f.input[1], 3, 3});
+    const at::Tensor dy = at::randn({f.input[0], f.out_channels, f.input[2], f.input[3]});
+    const std::vector<int64_t> one = {1, 1};
+    const double gemm = MedianMs([&] {
+      metafuse::runtime::Conv2dByGemm(input.clone(), weight, c10::nullopt, one, one, one, 1);
+    });
+    const double direct = MedianMs(
+        [&] { metafuse::runtime::Conv2dDirect(input.clone(), weight, c10::nullopt, one); });
+    const double backward = MedianMs([&] {
+      metafuse::runtime::WeightGradientByConvolutionBackward(input.clone().transpose(0, 1),
+                                                             dy.transpose(0, 1), one);
+    });
+    const double direct_gradient =
+        MedianMs([&] { metafuse::runtime::WeightGradientDirect(input.clone(), dy, one); });
+    std::printf("%-42s %10.2f %10.2f %7.2fx %14.2f %10.2f %7.2fx\n", f.name, gemm, direct,
+                gemm / direct, backward, direct_gradient, backward / direct_gradient);
   }
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/direct_convolution.h"
 #include "runtime/small_gemm.h"
 #include "runtime/winograd_convolution.h"
 
@@ -330,6 +331,11 @@ at::Tensor WeightGradientByConvolutionBackward(const at::Tensor& input,
 at::Tensor WeightGradient(const at::Tensor& input, const at::Tensor& weight,
                           at::IntArrayRef padding) {
   const at::Tensor x = input.transpose(0, 1), dy = weight.transpose(0, 1);  // contiguous
+  // One input channel: the direct kernel (1.7x oneDNN's on the Omniglot
+  // query layer); with 3 (the ResNet stem) oneDNN's is faster
+  // (bench/conv_bench.cc).
+  if (x.size(1) == 1 && DirectWeightGradientApplies(x, dy, padding))
+    return WeightGradientDirect(x, dy, padding).transpose(0, 1);
   const WinogradTile tile = ChooseWinogradWeightGradientTile(x, dy, padding);
   if (tile != WinogradTile::kNone)
     return WeightGradientByWinograd(x, dy, padding, tile).transpose(0, 1);
@@ -429,6 +435,9 @@ torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Oper
     } else if (transposed && !has_bias &&
                IsInputGradientForm(input, weight, stride, fifth, groups, dilation)) {
       out = InputGradient(input, weight, padding);
+    } else if (!transposed &&
+               DirectConvolutionApplies(input, weight, stride, padding, dilation, groups)) {
+      out = Conv2dDirect(input, weight, bias, padding);
     } else if (const WinogradTile tile =
                    transposed ? WinogradTile::kNone
                               : ChooseWinogradTile(input, weight, stride, padding, dilation, groups);

@@ -10,7 +10,10 @@
 // col2im scatter (bench/conv_bench.cc, docs/benchmarks.md).
 //
 // Programs call these through MakeConvolutionOperation for aten::conv2d and
-// aten::conv_transpose2d.input; anything they do not cover (not CPU, not
+// aten::conv_transpose2d.input, which takes the direct kernels
+// (runtime/direct_convolution.h) for 3x3 stride-1 layers of 1 to 3 input
+// channels and Winograd's (runtime/winograd_convolution.h) for wide 3x3
+// ones where they pay; anything none of them cover (not CPU, not
 // float32/float64, not 4-D, mixed dtypes) goes to ATen's operator.
 #pragma once
 
@@ -54,8 +57,9 @@ bool IsWeightGradientForm(const at::Tensor& input, const at::Tensor& weight,
 at::Tensor WeightGradientByConvolutionBackward(const at::Tensor& input,
                                                const at::Tensor& weight,
                                                at::IntArrayRef padding);
-// That weight gradient by the faster kernel: for a 3x3 kernel Winograd's
-// where ChooseWinogradWeightGradientTile picks a tile
+// That weight gradient by the faster kernel: for a 3x3 kernel of one input
+// channel the direct kernel (runtime/direct_convolution.h), for a 3x3
+// kernel Winograd's where ChooseWinogradWeightGradientTile picks a tile
 // (runtime/winograd_convolution.h), else convolution_backward's.
 at::Tensor WeightGradient(const at::Tensor& input, const at::Tensor& weight,
                           at::IntArrayRef padding);
