@@ -4,12 +4,18 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/direct_convolution.h"
+#include "runtime/measured_choice.h"
 #include "runtime/small_gemm.h"
 #include "runtime/winograd_convolution.h"
 
@@ -199,6 +205,98 @@ bool GemmConvolutionsEnabled() {
   return enabled;
 }
 
+// METAFUSE_CONV_ALGORITHM: unset or `measure`, the fastest algorithm of
+// each convolution shape measured on this machine (RunFastest); `rules`,
+// the fixed rules from bench/conv_bench.cc's measurements on one machine
+// (no timing; what ran before the measured choice).
+bool MeasuredChoiceEnabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("METAFUSE_CONV_ALGORITHM");
+    const std::string v = value == nullptr ? "" : value;
+    if (v.empty() || v == "measure") return true;
+    TORCH_CHECK(v == "rules", "METAFUSE_CONV_ALGORITHM must be measure or rules, got '", v, "'");
+    return false;
+  }();
+  return enabled;
+}
+
+// One way to compute the convolution at hand.
+struct Candidate {
+  std::string name;
+  std::function<at::Tensor()> run;
+};
+
+// The machine a choice holds for: the CPU and the LibTorch build (its
+// oneDNN and BLAS), hashed into the file name by MeasuredChoiceFile.
+const std::string& ConvolutionIdentity() {
+  static const std::string identity = absl::StrCat(CpuModel(), "|", at::show_config());
+  return identity;
+}
+
+std::string Describe(const at::Tensor& t) {
+  return absl::StrCat("[", absl::StrJoin(t.sizes(), ","), "]/[", absl::StrJoin(t.strides(), ","),
+                      "]");
+}
+
+// The key of a call: what it computes (form, dtype, operand shapes and
+// strides, the convolution's parameters), where (threads; nested in a
+// parallel region or not) and among which candidates.
+std::string ChoiceKey(const char* form, const at::Tensor& input, const at::Tensor& weight,
+                      bool has_bias, const std::vector<std::vector<int64_t>>& parameters,
+                      const std::vector<Candidate>& candidates) {
+  std::string key = absl::StrCat(form, " ", c10::toString(input.scalar_type()), " ",
+                                 Describe(input), " ", Describe(weight), has_bias ? " bias" : "");
+  for (const auto& p : parameters) absl::StrAppend(&key, " (", absl::StrJoin(p, ","), ")");
+  absl::StrAppend(&key, " threads ", at::get_num_threads(),
+                  at::in_parallel_region() ? " nested" : "", " of");
+  for (const Candidate& c : candidates) absl::StrAppend(&key, " ", c.name);
+  return key;
+}
+
+// The result of the fastest candidate. The first call of a key on this
+// machine runs every candidate once to warm it (oneDNN builds its
+// primitives on first use), then twice more, alternating, each timed, and
+// keeps the best time of each; a candidate over 4x the warm-up's fastest is
+// not repeated. The winner is kept per process and on disk
+// (runtime/measured_choice.h), so later calls and processes run it
+// directly, and this call returns the winner's last result.
+at::Tensor RunFastest(const std::string& key, const std::vector<Candidate>& candidates) {
+  TORCH_INTERNAL_ASSERT(!candidates.empty());
+  if (candidates.size() == 1) return candidates[0].run();
+  std::vector<at::Tensor> results(candidates.size());
+  const std::string chosen =
+      ChooseMeasured("convolution_choices", ConvolutionIdentity(), key, [&](std::string* note) {
+        using Clock = std::chrono::steady_clock;
+        const double never = std::numeric_limits<double>::infinity();
+        std::vector<double> warm(candidates.size(), never), best(candidates.size(), never);
+        for (int round = 0; round < 3; ++round) {
+          const double fastest_warm = *std::min_element(warm.begin(), warm.end());
+          for (size_t i = 0; i < candidates.size(); ++i) {
+            if (round > 0 && warm[i] > 4 * fastest_warm) continue;
+            const auto start = Clock::now();
+            results[i] = candidates[i].run();
+            const double s = std::chrono::duration<double>(Clock::now() - start).count();
+            (round == 0 ? warm[i] : best[i]) = std::min(round == 0 ? warm[i] : best[i], s);
+          }
+        }
+        size_t winner = 0;
+        for (size_t i = 0; i < candidates.size(); ++i) {
+          if (best[i] < best[winner]) winner = i;
+          absl::StrAppend(note, i ? ", " : "", candidates[i].name, " ",
+                          (best[i] == never ? warm[i] : best[i]) * 1e6, " us",
+                          best[i] == never ? " (warm-up only)" : "");
+        }
+        return candidates[winner].name;
+      });
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (candidates[i].name != chosen) continue;
+    return results[i].defined() ? results[i] : candidates[i].run();
+  }
+  // A file written with other candidates under this key (it names them, so
+  // only a damaged file): the first.
+  return candidates[0].run();
+}
+
 }  // namespace
 
 bool GemmConvolutionApplies(const at::Tensor& input, const at::Tensor& weight,
@@ -331,6 +429,27 @@ at::Tensor WeightGradientByConvolutionBackward(const at::Tensor& input,
 at::Tensor WeightGradient(const at::Tensor& input, const at::Tensor& weight,
                           at::IntArrayRef padding) {
   const at::Tensor x = input.transpose(0, 1), dy = weight.transpose(0, 1);  // contiguous
+  if (MeasuredChoiceEnabled()) {
+    std::vector<Candidate> candidates;
+    if (DirectWeightGradientApplies(x, dy, padding)) {
+      candidates.push_back({"direct", [&] {
+                              return WeightGradientDirect(x, dy, padding).transpose(0, 1);
+                            }});
+    }
+    const WinogradTile tile = WinogradTileToMeasure();
+    if (tile != WinogradTile::kNone && WinogradWeightGradientApplies(x, dy, padding)) {
+      candidates.push_back({tile == WinogradTile::kF2 ? "winograd-f2" : "winograd-f4", [&] {
+                              return WeightGradientByWinograd(x, dy, padding, tile)
+                                  .transpose(0, 1);
+                            }});
+    }
+    candidates.push_back({"convolution_backward", [&] {
+                            return WeightGradientByConvolutionBackward(input, weight, padding);
+                          }});
+    return RunFastest(ChoiceKey("weight_gradient", input, weight, false,
+                                {padding.vec()}, candidates),
+                      candidates);
+  }
   // One input channel: the direct kernel (1.7x oneDNN's on the Omniglot
   // query layer); with 3 (the ResNet stem) oneDNN's is faster
   // (bench/conv_bench.cc).
@@ -392,7 +511,35 @@ at::Tensor InputGradient(const at::Tensor& input, const at::Tensor& weight,
                          at::IntArrayRef padding) {
   // conv_transpose2d(dy, w, padding p) with stride 1 is conv2d(dy, w',
   // padding k - 1 - p), w' the kernel flipped with its channels swapped.
-  const std::vector<int64_t> ones = {1, 1};
+  const std::vector<int64_t> ones = {1, 1}, zeros = {0, 0};
+  if (MeasuredChoiceEnabled()) {
+    std::vector<Candidate> candidates;
+    const WinogradTile tile = WinogradTileToMeasure();
+    if (tile != WinogradTile::kNone && weight.dim() == 4 && weight.size(2) == 3 &&
+        weight.size(3) == 3) {
+      const int64_t pad_w = padding.size() > 1 ? padding[1] : padding[0];
+      const std::vector<int64_t> flipped_padding = {2 - padding[0], 2 - pad_w};
+      const at::Tensor swapped = weight.transpose(0, 1);
+      if (WinogradApplies(input, swapped, ones, flipped_padding, ones, /*groups=*/1)) {
+        candidates.push_back(
+            {tile == WinogradTile::kF2 ? "winograd-f2" : "winograd-f4",
+             [&input, swapped, flipped_padding, tile] {
+               return Conv2dByWinograd(input, swapped.flip({2, 3}), c10::nullopt,
+                                       flipped_padding, tile);
+             }});
+      }
+    }
+    candidates.push_back({"convolution_backward", [&] {
+                            return InputGradientByConvolutionBackward(input, weight, padding);
+                          }});
+    candidates.push_back({"gemm", [&] {
+                            return ConvTranspose2dByGemm(input, weight, c10::nullopt, ones,
+                                                         padding, zeros, 1, ones);
+                          }});
+    return RunFastest(ChoiceKey("input_gradient", input, weight, false, {padding.vec()},
+                                candidates),
+                      candidates);
+  }
   if (weight.dim() == 4 && weight.size(2) == 3 && weight.size(3) == 3) {
     const int64_t pad_w = padding.size() > 1 ? padding[1] : padding[0];
     const std::vector<int64_t> flipped_padding = {2 - padding[0], 2 - pad_w};
@@ -405,6 +552,56 @@ at::Tensor InputGradient(const at::Tensor& input, const at::Tensor& weight,
       return Conv2dByWinograd(input, swapped.flip({2, 3}), c10::nullopt, flipped_padding, tile);
   }
   return InputGradientByConvolutionBackward(input, weight, padding);
+}
+
+at::Tensor FastestConv2d(const at::Tensor& input, const at::Tensor& weight,
+                         const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                         at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  std::vector<Candidate> candidates;
+  if (DirectConvolutionApplies(input, weight, stride, padding, dilation, groups))
+    candidates.push_back({"direct", [&] { return Conv2dDirect(input, weight, bias, padding); }});
+  const WinogradTile tile = WinogradTileToMeasure();
+  if (tile != WinogradTile::kNone &&
+      WinogradApplies(input, weight, stride, padding, dilation, groups)) {
+    candidates.push_back({tile == WinogradTile::kF2 ? "winograd-f2" : "winograd-f4", [&] {
+                            return Conv2dByWinograd(input, weight, bias, padding, tile);
+                          }});
+  }
+  candidates.push_back({"aten", [&] {
+                          return at::conv2d(input, weight, bias, stride, padding, dilation,
+                                            groups);
+                        }});
+  candidates.push_back({"gemm", [&] {
+                          return Conv2dByGemm(input, weight, bias, stride, padding, dilation,
+                                              groups);
+                        }});
+  const bool has_bias = bias.has_value() && bias->defined();
+  return RunFastest(ChoiceKey("conv2d", input, weight, has_bias,
+                              {stride.vec(), padding.vec(), dilation.vec(), {groups}},
+                              candidates),
+                    candidates);
+}
+
+at::Tensor FastestConvTranspose2d(const at::Tensor& input, const at::Tensor& weight,
+                                  const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                  at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                  int64_t groups, at::IntArrayRef dilation) {
+  const std::vector<Candidate> candidates = {
+      {"aten",
+       [&] {
+         return at::conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups,
+                                     dilation);
+       }},
+      {"gemm", [&] {
+         return ConvTranspose2dByGemm(input, weight, bias, stride, padding, output_padding, groups,
+                                      dilation);
+       }}};
+  const bool has_bias = bias.has_value() && bias->defined();
+  return RunFastest(
+      ChoiceKey("conv_transpose2d", input, weight, has_bias,
+                {stride.vec(), padding.vec(), output_padding.vec(), dilation.vec(), {groups}},
+                candidates),
+      candidates);
 }
 
 torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Operation aten) {
@@ -427,7 +624,17 @@ torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Oper
     const std::vector<int64_t> dilation = transposed ? args[7].toIntVector() : fifth;
     const bool has_bias = bias.has_value() && bias->defined();
     at::Tensor out;
-    if (!transposed && !has_bias && IsWeightGradientForm(input, weight, stride, dilation, groups)) {
+    const bool gradient_form =
+        !has_bias &&
+        (transposed ? IsSwappedInputGradientForm(input, weight, stride, fifth, groups, dilation) ||
+                          IsInputGradientForm(input, weight, stride, fifth, groups, dilation)
+                    : IsWeightGradientForm(input, weight, stride, dilation, groups));
+    if (MeasuredChoiceEnabled() && !gradient_form) {
+      out = transposed ? FastestConvTranspose2d(input, weight, bias, stride, padding, fifth,
+                                                groups, dilation)
+                       : FastestConv2d(input, weight, bias, stride, padding, dilation, groups);
+    } else if (!transposed && !has_bias &&
+               IsWeightGradientForm(input, weight, stride, dilation, groups)) {
       out = WeightGradient(input, weight, padding);
     } else if (transposed && !has_bias &&
                IsSwappedInputGradientForm(input, weight, stride, fifth, groups, dilation)) {

@@ -96,6 +96,22 @@ bool IsSwappedInputGradientForm(const at::Tensor& input, const at::Tensor& weigh
 at::Tensor SwappedInputGradient(const at::Tensor& input, const at::Tensor& weight,
                                 at::IntArrayRef padding);
 
+// aten::conv2d and aten::conv_transpose2d.input by the fastest of the
+// algorithms that apply (the direct kernels, Winograd's, ATen's, the GEMM
+// convolution), measured on this machine at the first call of each shape
+// and kept per process and on disk (runtime/measured_choice.h). Fixed rules
+// from one machine's measurements were wrong on another: on an AVX-512
+// core oneDNN's direct kernels beat the F(2x2) Winograd that wins on an
+// AVX2 one (docs/benchmarks.md). WeightGradient and InputGradient measure
+// the same way. METAFUSE_CONV_ALGORITHM=rules keeps the fixed rules.
+at::Tensor FastestConv2d(const at::Tensor& input, const at::Tensor& weight,
+                         const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                         at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups);
+at::Tensor FastestConvTranspose2d(const at::Tensor& input, const at::Tensor& weight,
+                                  const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                  at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                  int64_t groups, at::IntArrayRef dilation);
+
 // The operation of an aten::conv2d (transposed: aten::conv_transpose2d.input)
 // instruction: a weight or input gradient form through convolution_backward,
 // the GEMM convolution where it applies and is preferred, `aten` otherwise.

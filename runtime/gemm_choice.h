@@ -6,11 +6,10 @@
 // is wrong somewhere. The first product of each shape times both (a cost
 // check, a few hundred microseconds once) and keeps the faster.
 //
-// The choice is kept per process and on disk, in the kernel cache directory
-// (one file per CPU model and BLAS library, appended under a file lock), so
-// every process on the machine runs the same kernel for a shape and computes
-// the same bits: distributed workers' block sums stay bitwise equal to the
-// caller's.
+// The choice is kept per process and on disk (runtime/measured_choice: one
+// file per CPU model and BLAS library), so every process on the machine
+// runs the same kernel for a shape and computes the same bits: distributed
+// workers' block sums stay bitwise equal to the caller's.
 //
 // METAFUSE_SMALL_GEMM=auto (the default) measures; `always` takes
 // runtime/small_gemm wherever PreferSmallGemm allows it, `never` the BLAS;

@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/jit/mobile/type_parser.h>
 
+#include "runtime/buffer_pool.h"
 #include "runtime/fused_kernel_launch.h"
 #include "runtime/convolution.h"
 #include "runtime/gemm.h"
@@ -198,6 +199,8 @@ std::vector<c10::IValue> Program::Run(std::vector<c10::IValue> inputs,
   torch::autograd::AutoGradMode no_grad(false);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   OneThreadScope one_thread(IsSmallRun(size_, inputs));
+  InstallBufferPool();
+  ProgramAllocationScope pooled;
   std::vector<c10::IValue> registers = InitialRegisters(RunDevice(inputs));
   for (size_t i = 0; i < inputs.size(); ++i) {
     registers[code_.input_registers[i]] = std::move(inputs[i]);

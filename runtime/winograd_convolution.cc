@@ -624,17 +624,35 @@ at::Tensor Conv2dByWinograd(const at::Tensor& input, const at::Tensor& weight,
   return y;
 }
 
-WinogradTile ChooseWinogradWeightGradientTile(const at::Tensor& input,
-                                              const at::Tensor& grad_output,
-                                              at::IntArrayRef padding) {
+WinogradTile WinogradTileToMeasure() {
+  switch (ModeFromEnvironment()) {
+    case Mode::kOff:
+      return WinogradTile::kNone;
+    case Mode::kFast:
+    case Mode::kF4:
+      return WinogradTile::kF4;
+    default:
+      return WinogradTile::kF2;
+  }
+}
+
+bool WinogradWeightGradientApplies(const at::Tensor& input, const at::Tensor& grad_output,
+                                   at::IntArrayRef padding) {
   if (!PlainFloat(input) || !PlainFloat(grad_output) || input.size(0) != grad_output.size(0) ||
       (padding.size() != 1 && padding.size() != 2) || !DirectBlasAvailable())
-    return WinogradTile::kNone;
+    return false;
   for (size_t d = 0; d < 2; ++d) {
     const int64_t pad = Entry(padding, d);
     if (pad < 0 || pad > 2 || input.size(2 + d) + 2 * pad - 2 != grad_output.size(2 + d))
-      return WinogradTile::kNone;  // not a 3x3 kernel's gradient
+      return false;  // not a 3x3 kernel's gradient
   }
+  return true;
+}
+
+WinogradTile ChooseWinogradWeightGradientTile(const at::Tensor& input,
+                                              const at::Tensor& grad_output,
+                                              at::IntArrayRef padding) {
+  if (!WinogradWeightGradientApplies(input, grad_output, padding)) return WinogradTile::kNone;
   return TileFor(input.size(0), input.size(1), grad_output.size(1), grad_output.size(2),
                  grad_output.size(3));
 }

@@ -32,6 +32,11 @@ WinogradTile ChooseWinogradTile(const at::Tensor& input, const at::Tensor& weigh
                                 at::IntArrayRef stride, at::IntArrayRef padding,
                                 at::IntArrayRef dilation, int64_t groups);
 
+// The tile a measured choice (runtime/convolution.cc) times against the
+// other algorithms where Winograd applies, whatever the size:
+// METAFUSE_WINOGRAD fast or f4, F(4x4); 0, kNone (not timed); else F(2x2).
+WinogradTile WinogradTileToMeasure();
+
 // True where `tile` can compute conv2d(input, weight, padding) (float32 CPU,
 // 4-D, 3x3 weight, stride 1, dilation 1, one group, padding 0..2).
 bool WinogradApplies(const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
@@ -51,6 +56,8 @@ at::Tensor Conv2dByWinograd(const at::Tensor& input, const at::Tensor& weight,
 WinogradTile ChooseWinogradWeightGradientTile(const at::Tensor& input,
                                               const at::Tensor& grad_output,
                                               at::IntArrayRef padding);
+bool WinogradWeightGradientApplies(const at::Tensor& input, const at::Tensor& grad_output,
+                                   at::IntArrayRef padding);
 at::Tensor WeightGradientByWinograd(const at::Tensor& input, const at::Tensor& grad_output,
                                     at::IntArrayRef padding, WinogradTile tile);
 

@@ -64,8 +64,8 @@ TEST(GemmChoice, TimesOnceAndKeepsTheFasterInTheProcessAndTheFile) {
   EXPECT_EQ(disagree.calls, 0);
   // Kept on disk: a fresh table (another process) reads the file.
   const std::string text = ReadAll(file);
-  EXPECT_NE(text.find(a.Key() + " small"), std::string::npos) << text;
-  EXPECT_NE(text.find(b.Key() + " blas"), std::string::npos) << text;
+  EXPECT_NE(text.find(a.Key() + "\tsmall"), std::string::npos) << text;
+  EXPECT_NE(text.find(b.Key() + "\tblas"), std::string::npos) << text;
   ClearGemmChoicesForTesting();
   EXPECT_EQ(ChooseGemmKernel(a, blas, disagree.Fn()), GemmKernel::kSmall);
   EXPECT_EQ(ChooseGemmKernel(b, blas, disagree.Fn()), GemmKernel::kBlas);
