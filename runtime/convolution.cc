@@ -226,10 +226,18 @@ struct Candidate {
   std::function<at::Tensor()> run;
 };
 
-// The machine a choice holds for: the CPU and the LibTorch build (its
-// oneDNN and BLAS), hashed into the file name by MeasuredChoiceFile.
+// Raised whenever one of the candidates' implementations changes its
+// speed (a choice measured against an older one is stale): revision 2, the
+// Winograd products on runtime/small_gemm where the GEMM choice measures it
+// faster than the BLAS.
+constexpr int kCandidatesRevision = 2;
+
+// The machine a choice holds for: the CPU, the LibTorch build (its oneDNN
+// and BLAS) and the candidates' revision, hashed into the file name by
+// MeasuredChoiceFile.
 const std::string& ConvolutionIdentity() {
-  static const std::string identity = absl::StrCat(CpuModel(), "|", at::show_config());
+  static const std::string identity =
+      absl::StrCat(CpuModel(), "|", at::show_config(), "|", kCandidatesRevision);
   return identity;
 }
 

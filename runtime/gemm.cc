@@ -121,6 +121,23 @@ bool TryRowMajorSgemm(bool trans_a, int m, int n, int k, const float* a, const f
   TORCH_CHECK(blas.sgemm != nullptr, "metafuse: no BLAS sgemm_ is loaded in this process");
   std::unique_lock<std::mutex> lock(BlasMutex(), std::try_to_lock);
   if (!lock.owns_lock()) return false;
+  // The measured choice of this shape (runtime/gemm_choice.h): where the
+  // BLAS runs an older ISA's kernels (Debian's OpenBLAS takes its Haswell
+  // ones on a Zen 5 core), runtime/small_gemm's AVX-512 kernel is faster.
+  // Remembered per thread: a Winograd convolution asks for one shape per
+  // block and point.
+  thread_local GemmShape last_shape;
+  thread_local GemmKernel last_kernel = GemmKernel::kBlas;
+  thread_local bool known = false;
+  const GemmShape shape{false, trans_a, false, m, n, k};
+  if (!known || !SameShape(last_shape, shape)) {
+    last_kernel = ChooseGemmKernel(shape, blas.library, [&](GemmKernel candidate) {
+      return TimeOneProduct<float>(candidate, blas, trans_a, false, m, n, k, a, b);
+    });
+    last_shape = shape;
+    known = true;
+  }
+  if (last_kernel == GemmKernel::kSmall) return false;
   RowMajorGemm<float>(blas.sgemm, trans_a, false, m, n, k, a, b, beta, c);
   return true;
 }

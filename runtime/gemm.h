@@ -32,7 +32,8 @@ std::mutex& BlasMutex();
 // or with trans_a A^T of A [k, m]) through that BLAS, for runtime kernels
 // built on products (runtime/winograd_convolution.cc); only where
 // DirectBlasAvailable(). Returns false, computing nothing, when another
-// thread holds BlasMutex() (the caller then takes runtime/small_gemm).
+// thread holds BlasMutex() or when the measured choice of this shape
+// (runtime/gemm_choice.h) is runtime/small_gemm; the caller then takes it.
 bool TryRowMajorSgemm(bool trans_a, int m, int n, int k, const float* a, const float* b,
                       float beta, float* c);
 
