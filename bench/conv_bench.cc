@@ -4,7 +4,10 @@
 // its ResNet block's 16 channels) and of its derivatives, with the Winograd
 // convolutions where ChooseWinogradTile takes them; one thread, fresh input
 // tensors every call (as a program gives them), median of 7 after one
-// warm-up call.
+// warm-up call. The last column is what METAFUSE_CONV_ALGORITHM=rules
+// picks; programs by default measure the candidates on the machine
+// (runtime/convolution.h, FastestConv2d), so this table shows the times
+// they choose from.
 //   bazel run //bench:conv_bench
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
@@ -73,7 +76,7 @@ int main() {
       {"input gradient, 4 tasks (groups 4)", {75, 256, 14, 14}, {256, 64, 3, 3}, 1, true, 4},
   };
   std::printf("%-42s %10s %10s %8s %13s %8s %s\n", "convolution", "ATen ms", "GEMM ms", "speed-up",
-              "Winograd ms", "speed-up", " programs use");
+              "Winograd ms", "speed-up", " fixed rules use");
   for (const Shape& s : shapes) {
     // A weight gradient (an image-sized kernel): x^T and dy^T as the
     // derivative rules pass them, views of contiguous [N, C, H, W] tensors.
