@@ -4,11 +4,9 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -220,12 +218,6 @@ bool MeasuredChoiceEnabled() {
   return enabled;
 }
 
-// One way to compute the convolution at hand.
-struct Candidate {
-  std::string name;
-  std::function<at::Tensor()> run;
-};
-
 // Raised whenever one of the candidates' implementations changes its
 // speed (a choice measured against an older one is stale): revision 2, the
 // Winograd products on runtime/small_gemm where the GEMM choice measures it
@@ -259,50 +251,6 @@ std::string ChoiceKey(const char* form, const at::Tensor& input, const at::Tenso
                   at::in_parallel_region() ? " nested" : "", " of");
   for (const Candidate& c : candidates) absl::StrAppend(&key, " ", c.name);
   return key;
-}
-
-// The result of the fastest candidate. The first call of a key on this
-// machine runs every candidate once to warm it (oneDNN builds its
-// primitives on first use), then twice more, alternating, each timed, and
-// keeps the best time of each; a candidate over 4x the warm-up's fastest is
-// not repeated. The winner is kept per process and on disk
-// (runtime/measured_choice.h), so later calls and processes run it
-// directly, and this call returns the winner's last result.
-at::Tensor RunFastest(const std::string& key, const std::vector<Candidate>& candidates) {
-  TORCH_INTERNAL_ASSERT(!candidates.empty());
-  if (candidates.size() == 1) return candidates[0].run();
-  std::vector<at::Tensor> results(candidates.size());
-  const std::string chosen =
-      ChooseMeasured("convolution_choices", ConvolutionIdentity(), key, [&](std::string* note) {
-        using Clock = std::chrono::steady_clock;
-        const double never = std::numeric_limits<double>::infinity();
-        std::vector<double> warm(candidates.size(), never), best(candidates.size(), never);
-        for (int round = 0; round < 3; ++round) {
-          const double fastest_warm = *std::min_element(warm.begin(), warm.end());
-          for (size_t i = 0; i < candidates.size(); ++i) {
-            if (round > 0 && warm[i] > 4 * fastest_warm) continue;
-            const auto start = Clock::now();
-            results[i] = candidates[i].run();
-            const double s = std::chrono::duration<double>(Clock::now() - start).count();
-            (round == 0 ? warm[i] : best[i]) = std::min(round == 0 ? warm[i] : best[i], s);
-          }
-        }
-        size_t winner = 0;
-        for (size_t i = 0; i < candidates.size(); ++i) {
-          if (best[i] < best[winner]) winner = i;
-          absl::StrAppend(note, i ? ", " : "", candidates[i].name, " ",
-                          (best[i] == never ? warm[i] : best[i]) * 1e6, " us",
-                          best[i] == never ? " (warm-up only)" : "");
-        }
-        return candidates[winner].name;
-      });
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (candidates[i].name != chosen) continue;
-    return results[i].defined() ? results[i] : candidates[i].run();
-  }
-  // A file written with other candidates under this key (it names them, so
-  // only a damaged file): the first.
-  return candidates[0].run();
 }
 
 }  // namespace
@@ -454,7 +402,7 @@ at::Tensor WeightGradient(const at::Tensor& input, const at::Tensor& weight,
     candidates.push_back({"convolution_backward", [&] {
                             return WeightGradientByConvolutionBackward(input, weight, padding);
                           }});
-    return RunFastest(ChoiceKey("weight_gradient", input, weight, false,
+    return RunFastest("convolution_choices", ConvolutionIdentity(), ChoiceKey("weight_gradient", input, weight, false,
                                 {padding.vec()}, candidates),
                       candidates);
   }
@@ -544,7 +492,7 @@ at::Tensor InputGradient(const at::Tensor& input, const at::Tensor& weight,
                             return ConvTranspose2dByGemm(input, weight, c10::nullopt, ones,
                                                          padding, zeros, 1, ones);
                           }});
-    return RunFastest(ChoiceKey("input_gradient", input, weight, false, {padding.vec()},
+    return RunFastest("convolution_choices", ConvolutionIdentity(), ChoiceKey("input_gradient", input, weight, false, {padding.vec()},
                                 candidates),
                       candidates);
   }
@@ -584,7 +532,7 @@ at::Tensor FastestConv2d(const at::Tensor& input, const at::Tensor& weight,
                                               groups);
                         }});
   const bool has_bias = bias.has_value() && bias->defined();
-  return RunFastest(ChoiceKey("conv2d", input, weight, has_bias,
+  return RunFastest("convolution_choices", ConvolutionIdentity(), ChoiceKey("conv2d", input, weight, has_bias,
                               {stride.vec(), padding.vec(), dilation.vec(), {groups}},
                               candidates),
                     candidates);
@@ -606,7 +554,7 @@ at::Tensor FastestConvTranspose2d(const at::Tensor& input, const at::Tensor& wei
        }}};
   const bool has_bias = bias.has_value() && bias->defined();
   return RunFastest(
-      ChoiceKey("conv_transpose2d", input, weight, has_bias,
+      "convolution_choices", ConvolutionIdentity(), ChoiceKey("conv_transpose2d", input, weight, has_bias,
                 {stride.vec(), padding.vec(), output_padding.vec(), dilation.vec(), {groups}},
                 candidates),
       candidates);

@@ -15,6 +15,9 @@
 
 #include <functional>
 #include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
 
 namespace metafuse::runtime {
 
@@ -33,6 +36,23 @@ std::string MeasuredChoiceFile(const std::string& table, const std::string& iden
 std::string ChooseMeasured(const std::string& table, const std::string& identity,
                            const std::string& key,
                            const std::function<std::string(std::string* note)>& measure);
+
+// One way to compute a value, for RunFastest.
+struct Candidate {
+  std::string name;  // no space, tab or newline
+  std::function<at::Tensor()> run;
+};
+
+// The result of the fastest of `candidates` (interchangeable ways to
+// compute one value), chosen by ChooseMeasured. The first call of a key on
+// the machine runs every candidate once to warm it (oneDNN builds its
+// primitives on first use), then twice more, alternating, each timed, and
+// keeps the best time of each; a candidate over 4x the warm-up's fastest is
+// not repeated, and one that throws is out of the running (only if every
+// one throws does the call fail, with the first error). That call returns
+// the winner's last result; later calls run the winner alone.
+at::Tensor RunFastest(const std::string& table, const std::string& identity,
+                      const std::string& key, const std::vector<Candidate>& candidates);
 
 // Forgets this process's tables (tests; the files stay).
 void ClearMeasuredChoicesForTesting();
