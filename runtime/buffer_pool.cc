@@ -38,17 +38,26 @@ class Pool {
  public:
   explicit Pool(int64_t bound) : bound_(bound) {}
 
-  Block* Take(size_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = free_.find(bytes);
-    if (it == free_.end() || it->second.empty()) {
-      ++fresh_;
-      return nullptr;
+  // A block of `bytes` for a new tensor: a kept one, else a fresh one from
+  // `base`; recorded by its data pointer (the DataPtr's context, which
+  // c10's raw_allocate requires to be the data) until Reclaim.
+  Block* Lend(size_t bytes, c10::Allocator* base) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(bytes);
+      if (it != free_.end() && !it->second.empty()) {
+        Block* block = it->second.back();
+        it->second.pop_back();
+        cached_ -= static_cast<int64_t>(bytes);
+        ++reused_;
+        lent_[block->original.get()] = block;
+        return block;
+      }
     }
-    Block* block = it->second.back();
-    it->second.pop_back();
-    cached_ -= static_cast<int64_t>(bytes);
-    ++reused_;
+    auto* block = new Block{base->allocate(bytes), bytes};  // outside the lock
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++fresh_;
+    lent_[block->original.get()] = block;
     return block;
   }
 
@@ -62,13 +71,6 @@ class Pool {
       }
     }
     delete block;  // over the bound: back to the system
-  }
-
-  // A block handed out, by its data pointer (the DataPtr's context, which
-  // c10's raw_allocate requires to be the data).
-  void Lend(Block* block) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    lent_[block->original.get()] = block;
   }
 
   // The lent block at `data`, forgotten; nullptr if the pool did not lend it.
@@ -128,9 +130,7 @@ class PoolingAllocator final : public compat::WrappingAllocator {
   c10::DataPtr Allocate(size_t n) const override {
     if (program_depth == 0 || n < kSmallest) return base()->allocate(n);
     const size_t bytes = (n + kPage - 1) / kPage * kPage;
-    Block* block = pool->Take(bytes);
-    if (block == nullptr) block = new Block{base()->allocate(bytes), bytes};
-    pool->Lend(block);
+    Block* block = pool->Lend(bytes, base());
     void* data = block->original.get();
     return {data, data, &ReturnToPool, block->original.device()};
   }

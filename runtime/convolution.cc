@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -253,6 +254,36 @@ std::string ChoiceKey(const char* form, const at::Tensor& input, const at::Tenso
   return key;
 }
 
+// The fastest candidate for a call of `form` (RunFastest, on this file's
+// table and machine identity).
+at::Tensor Fastest(const char* form, const at::Tensor& input, const at::Tensor& weight,
+                   bool has_bias, const std::vector<std::vector<int64_t>>& parameters,
+                   const std::vector<Candidate>& candidates) {
+  return RunFastest("convolution_choices", ConvolutionIdentity(),
+                    ChoiceKey(form, input, weight, has_bias, parameters, candidates), candidates);
+}
+
+const char* WinogradName(WinogradTile tile) {
+  return tile == WinogradTile::kF2 ? "winograd-f2" : "winograd-f4";
+}
+
+// conv_transpose2d(dy, w, padding p) at stride 1 is conv2d(dy, w', padding
+// 2 - p) for a 3x3 w, w' the kernel flipped with its channels swapped:
+// the swapped view (w' without the flip, which copies) and that padding,
+// for Winograd's convolution; nullopt for another kernel size.
+struct FlippedKernel {
+  at::Tensor swapped;
+  std::vector<int64_t> padding;
+  at::Tensor Flipped() const { return swapped.flip({2, 3}); }
+};
+
+std::optional<FlippedKernel> AsFlippedConvolution(const at::Tensor& weight,
+                                                  at::IntArrayRef padding) {
+  if (weight.dim() != 4 || weight.size(2) != 3 || weight.size(3) != 3) return std::nullopt;
+  const int64_t pad_w = padding.size() > 1 ? padding[1] : padding[0];
+  return FlippedKernel{weight.transpose(0, 1), {2 - padding[0], 2 - pad_w}};
+}
+
 }  // namespace
 
 bool GemmConvolutionApplies(const at::Tensor& input, const at::Tensor& weight,
@@ -394,7 +425,7 @@ at::Tensor WeightGradient(const at::Tensor& input, const at::Tensor& weight,
     }
     const WinogradTile tile = WinogradTileToMeasure();
     if (tile != WinogradTile::kNone && WinogradWeightGradientApplies(x, dy, padding)) {
-      candidates.push_back({tile == WinogradTile::kF2 ? "winograd-f2" : "winograd-f4", [&] {
+      candidates.push_back({WinogradName(tile), [&] {
                               return WeightGradientByWinograd(x, dy, padding, tile)
                                   .transpose(0, 1);
                             }});
@@ -402,9 +433,7 @@ at::Tensor WeightGradient(const at::Tensor& input, const at::Tensor& weight,
     candidates.push_back({"convolution_backward", [&] {
                             return WeightGradientByConvolutionBackward(input, weight, padding);
                           }});
-    return RunFastest("convolution_choices", ConvolutionIdentity(), ChoiceKey("weight_gradient", input, weight, false,
-                                {padding.vec()}, candidates),
-                      candidates);
+    return Fastest("weight_gradient", input, weight, false, {padding.vec()}, candidates);
   }
   // One input channel: the direct kernel (1.7x oneDNN's on the Omniglot
   // query layer); with 3 (the ResNet stem) oneDNN's is faster
@@ -468,22 +497,16 @@ at::Tensor InputGradient(const at::Tensor& input, const at::Tensor& weight,
   // conv_transpose2d(dy, w, padding p) with stride 1 is conv2d(dy, w',
   // padding k - 1 - p), w' the kernel flipped with its channels swapped.
   const std::vector<int64_t> ones = {1, 1}, zeros = {0, 0};
+  const std::optional<FlippedKernel> flipped = AsFlippedConvolution(weight, padding);
   if (MeasuredChoiceEnabled()) {
     std::vector<Candidate> candidates;
     const WinogradTile tile = WinogradTileToMeasure();
-    if (tile != WinogradTile::kNone && weight.dim() == 4 && weight.size(2) == 3 &&
-        weight.size(3) == 3) {
-      const int64_t pad_w = padding.size() > 1 ? padding[1] : padding[0];
-      const std::vector<int64_t> flipped_padding = {2 - padding[0], 2 - pad_w};
-      const at::Tensor swapped = weight.transpose(0, 1);
-      if (WinogradApplies(input, swapped, ones, flipped_padding, ones, /*groups=*/1)) {
-        candidates.push_back(
-            {tile == WinogradTile::kF2 ? "winograd-f2" : "winograd-f4",
-             [&input, swapped, flipped_padding, tile] {
-               return Conv2dByWinograd(input, swapped.flip({2, 3}), c10::nullopt,
-                                       flipped_padding, tile);
-             }});
-      }
+    if (tile != WinogradTile::kNone && flipped &&
+        WinogradApplies(input, flipped->swapped, ones, flipped->padding, ones, /*groups=*/1)) {
+      candidates.push_back({WinogradName(tile), [&] {
+                              return Conv2dByWinograd(input, flipped->Flipped(), c10::nullopt,
+                                                      flipped->padding, tile);
+                            }});
     }
     candidates.push_back({"convolution_backward", [&] {
                             return InputGradientByConvolutionBackward(input, weight, padding);
@@ -492,20 +515,15 @@ at::Tensor InputGradient(const at::Tensor& input, const at::Tensor& weight,
                             return ConvTranspose2dByGemm(input, weight, c10::nullopt, ones,
                                                          padding, zeros, 1, ones);
                           }});
-    return RunFastest("convolution_choices", ConvolutionIdentity(), ChoiceKey("input_gradient", input, weight, false, {padding.vec()},
-                                candidates),
-                      candidates);
+    return Fastest("input_gradient", input, weight, false, {padding.vec()}, candidates);
   }
-  if (weight.dim() == 4 && weight.size(2) == 3 && weight.size(3) == 3) {
-    const int64_t pad_w = padding.size() > 1 ? padding[1] : padding[0];
-    const std::vector<int64_t> flipped_padding = {2 - padding[0], 2 - pad_w};
+  if (flipped) {
     // The choice reads shapes only: the swapped view, flipped (a copy) only
     // when Winograd runs.
-    const at::Tensor swapped = weight.transpose(0, 1);
     const WinogradTile tile =
-        ChooseWinogradTile(input, swapped, ones, flipped_padding, ones, /*groups=*/1);
+        ChooseWinogradTile(input, flipped->swapped, ones, flipped->padding, ones, /*groups=*/1);
     if (tile != WinogradTile::kNone)
-      return Conv2dByWinograd(input, swapped.flip({2, 3}), c10::nullopt, flipped_padding, tile);
+      return Conv2dByWinograd(input, flipped->Flipped(), c10::nullopt, flipped->padding, tile);
   }
   return InputGradientByConvolutionBackward(input, weight, padding);
 }
@@ -519,7 +537,7 @@ at::Tensor FastestConv2d(const at::Tensor& input, const at::Tensor& weight,
   const WinogradTile tile = WinogradTileToMeasure();
   if (tile != WinogradTile::kNone &&
       WinogradApplies(input, weight, stride, padding, dilation, groups)) {
-    candidates.push_back({tile == WinogradTile::kF2 ? "winograd-f2" : "winograd-f4", [&] {
+    candidates.push_back({WinogradName(tile), [&] {
                             return Conv2dByWinograd(input, weight, bias, padding, tile);
                           }});
   }
@@ -531,11 +549,8 @@ at::Tensor FastestConv2d(const at::Tensor& input, const at::Tensor& weight,
                           return Conv2dByGemm(input, weight, bias, stride, padding, dilation,
                                               groups);
                         }});
-  const bool has_bias = bias.has_value() && bias->defined();
-  return RunFastest("convolution_choices", ConvolutionIdentity(), ChoiceKey("conv2d", input, weight, has_bias,
-                              {stride.vec(), padding.vec(), dilation.vec(), {groups}},
-                              candidates),
-                    candidates);
+  return Fastest("conv2d", input, weight, bias.has_value() && bias->defined(),
+                 {stride.vec(), padding.vec(), dilation.vec(), {groups}}, candidates);
 }
 
 at::Tensor FastestConvTranspose2d(const at::Tensor& input, const at::Tensor& weight,
@@ -552,12 +567,9 @@ at::Tensor FastestConvTranspose2d(const at::Tensor& input, const at::Tensor& wei
          return ConvTranspose2dByGemm(input, weight, bias, stride, padding, output_padding, groups,
                                       dilation);
        }}};
-  const bool has_bias = bias.has_value() && bias->defined();
-  return RunFastest(
-      "convolution_choices", ConvolutionIdentity(), ChoiceKey("conv_transpose2d", input, weight, has_bias,
-                {stride.vec(), padding.vec(), output_padding.vec(), dilation.vec(), {groups}},
-                candidates),
-      candidates);
+  return Fastest("conv_transpose2d", input, weight, bias.has_value() && bias->defined(),
+                 {stride.vec(), padding.vec(), output_padding.vec(), dilation.vec(), {groups}},
+                 candidates);
 }
 
 torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Operation aten) {
@@ -580,17 +592,9 @@ torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Oper
     const std::vector<int64_t> dilation = transposed ? args[7].toIntVector() : fifth;
     const bool has_bias = bias.has_value() && bias->defined();
     at::Tensor out;
-    const bool gradient_form =
-        !has_bias &&
-        (transposed ? IsSwappedInputGradientForm(input, weight, stride, fifth, groups, dilation) ||
-                          IsInputGradientForm(input, weight, stride, fifth, groups, dilation)
-                    : IsWeightGradientForm(input, weight, stride, dilation, groups));
-    if (MeasuredChoiceEnabled() && !gradient_form) {
-      out = transposed ? FastestConvTranspose2d(input, weight, bias, stride, padding, fifth,
-                                                groups, dilation)
-                       : FastestConv2d(input, weight, bias, stride, padding, dilation, groups);
-    } else if (!transposed && !has_bias &&
-               IsWeightGradientForm(input, weight, stride, dilation, groups)) {
+    // The gradient forms first (WeightGradient and InputGradient measure
+    // or follow the rules themselves), then any other convolution.
+    if (!transposed && !has_bias && IsWeightGradientForm(input, weight, stride, dilation, groups)) {
       out = WeightGradient(input, weight, padding);
     } else if (transposed && !has_bias &&
                IsSwappedInputGradientForm(input, weight, stride, fifth, groups, dilation)) {
@@ -598,6 +602,10 @@ torch::jit::Operation MakeConvolutionOperation(bool transposed, torch::jit::Oper
     } else if (transposed && !has_bias &&
                IsInputGradientForm(input, weight, stride, fifth, groups, dilation)) {
       out = InputGradient(input, weight, padding);
+    } else if (MeasuredChoiceEnabled()) {
+      out = transposed ? FastestConvTranspose2d(input, weight, bias, stride, padding, fifth,
+                                                groups, dilation)
+                       : FastestConv2d(input, weight, bias, stride, padding, dilation, groups);
     } else if (!transposed &&
                DirectConvolutionApplies(input, weight, stride, padding, dilation, groups)) {
       out = Conv2dDirect(input, weight, bias, padding);

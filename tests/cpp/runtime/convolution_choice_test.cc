@@ -20,20 +20,20 @@ namespace metafuse::runtime {
 namespace {
 
 // A private cache directory before anything opens the process's cache.
-const bool kCacheDirSet = [] {
+const std::string kCacheDir = [] {
   char dir[] = "/tmp/metafuse_convolution_choice_XXXXXX";
-  if (mkdtemp(dir) == nullptr) return false;
+  if (mkdtemp(dir) == nullptr) return std::string();
   setenv("METAFUSE_CACHE_DIR", dir, 1);
   unsetenv("METAFUSE_CONV_ALGORITHM");
-  return true;
+  return std::string(dir);
 }();
+const bool kCacheDirSet = !kCacheDir.empty();
 
+// The convolution choices file (its name hashes the convolution's own
+// machine identity), found by its table name.
 std::string ChoicesFileText() {
-  // The identity is the convolution's own; find the file by its table name.
-  const std::string probe = MeasuredChoiceFile("convolution_choices", "probe");
-  const std::string dir = probe.substr(0, probe.rfind('/'));
   std::string text;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+  for (const auto& entry : std::filesystem::directory_iterator(kCacheDir)) {
     if (entry.path().filename().string().rfind("convolution_choices-", 0) != 0) continue;
     std::ifstream in(entry.path());
     std::stringstream s;
