@@ -222,8 +222,8 @@ bool MeasuredChoiceEnabled() {
 // Raised whenever one of the candidates' implementations changes its
 // speed (a choice measured against an older one is stale): revision 2, the
 // Winograd products on runtime/small_gemm where the GEMM choice measures it
-// faster than the BLAS.
-constexpr int kCandidatesRevision = 2;
+// faster than the BLAS; 3, small_gemm's AVX-512 kernels read B in place.
+constexpr int kCandidatesRevision = 3;
 
 // The machine a choice holds for: the CPU, the LibTorch build (its oneDNN
 // and BLAS) and the candidates' revision, hashed into the file name by

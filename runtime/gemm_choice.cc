@@ -42,9 +42,15 @@ std::string GemmShape::Key() const {
 
 namespace {
 
-// The machine identity of a choices file: CPU, micro-kernel ISA, BLAS.
+// The revision of runtime/small_gemm's kernels: a choice timed against
+// older kernels is not reused (2: AVX-512 reads B in place).
+constexpr int kSmallGemmRevision = 2;
+
+// The machine identity of a choices file: CPU, micro-kernel ISA and
+// revision, BLAS.
 std::string Identity(const std::string& blas_library) {
-  return absl::StrCat(CpuModel(), "|", SmallGemmIsa(), "|", blas_library);
+  return absl::StrCat(CpuModel(), "|", SmallGemmIsa(), " r", kSmallGemmRevision, "|",
+                      blas_library);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "runtime/small_gemm.h"
 
 #include "runtime/cpu_isa.h"
+#include "runtime/small_gemm_avx512.h"
 
 #include <algorithm>
 #include <cstring>
@@ -218,13 +219,8 @@ __attribute__((always_inline)) inline void Gemm(bool trans_a, bool trans_b, int6
                         beta, c, n);
 }
 
-// The same source compiled three times, once per instruction set.
-template <typename T>
-__attribute__((target("avx512f,avx512vl,avx2,fma"))) void GemmAvx512(
-    bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T beta, T* c) {
-  Gemm<T, 64>(ta, tb, m, n, k, a, b, beta, c);
-}
-
+// The same source compiled once per instruction set (AVX-512's general
+// products are runtime/small_gemm_avx512's).
 template <typename T>
 __attribute__((target("avx2,fma"))) void GemmAvx2(bool ta, bool tb, int64_t m, int64_t n,
                                                   int64_t k, const T* a, const T* b, T beta,
@@ -264,8 +260,8 @@ template <typename T>
 void Run(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b,
          T beta, T* c) {
   switch (isa) {
-    case Isa::kAvx512:
-      return GemmAvx512<T>(ta, tb, m, n, k, a, b, beta, c);
+    case Isa::kAvx512:  // masked loads: B read in place (small_gemm_avx512.h)
+      return SmallGemmAvx512(ta, tb, m, n, k, a, b, beta, c);
     case Isa::kAvx2:
       return GemmAvx2<T>(ta, tb, m, n, k, a, b, beta, c);
     case Isa::kSse2:

@@ -1,7 +1,7 @@
 // runtime/small_gemm against a plain triple loop accumulated in long double,
 // on every instruction set this CPU has, both layouts of both operands,
-// shapes that hit every micro-tile (rows 1-6, 1-3 vectors, partial
-// vectors) and beta 0 / 1 / other.
+// shapes that hit every micro-tile (rows 1-12, 1-3 vectors, partial
+// vectors), the dot-product and outer-product forms, and beta 0 / 1 / other.
 #include "runtime/small_gemm.h"
 
 #include <gtest/gtest.h>
@@ -58,7 +58,15 @@ void CheckAllShapes(double tolerance) {
   std::mt19937 generator(7);
   const int64_t sizes[][3] = {{1, 1, 1},  {10, 40, 40}, {10, 1, 40}, {40, 40, 10}, {1, 40, 10},
                               {6, 48, 3}, {7, 17, 5},   {13, 33, 9}, {5, 100, 1}, {75, 64, 64},
-                              {3, 5, 0},  {11, 8, 130}};
+                              {3, 5, 0},  {11, 8, 130},
+                              // AVX-512 kernels: tiles of up to 12 rows for
+                              // one or two vectors, 8 for three; one output
+                              // column or row (dot products); one step
+                              // (outer products); transposes in 8x8 blocks
+                              // with ragged edges.
+                              {12, 16, 7}, {24, 32, 4}, {25, 17, 11}, {17, 1, 37},
+                              {1, 23, 37}, {1, 1, 40},  {40, 1, 10},  {1, 40, 1},
+                              {9, 41, 1},  {16, 24, 19}, {100, 48, 20}};
   for (const std::string& isa : IsasOfThisCpu()) {
     for (const auto& size : sizes) {
       const int64_t m = size[0], n = size[1], k = size[2];
