@@ -1,7 +1,7 @@
 #include "runtime/small_gemm.h"
 
 #include "runtime/cpu_isa.h"
-#include "runtime/small_gemm_avx512.h"
+#include "runtime/small_gemm_in_place.h"
 
 #include <algorithm>
 #include <cstring>
@@ -197,43 +197,25 @@ __attribute__((always_inline)) inline void GemmPacked(int64_t m, int64_t n, int6
   }
 }
 
-template <typename T, int kBytes>
-__attribute__((always_inline)) inline void Gemm(bool trans_a, bool trans_b, int64_t m,
-                                                int64_t n, int64_t k, const T* a, const T* b,
-                                                T beta, T* c) {
-  if constexpr (kBytes > 16) {
-    // A product with a few columns (a layer to one output) wastes most
-    // lanes of a wide vector: 4-lane vectors, still this target's code.
-    if (n * static_cast<int64_t>(sizeof(T)) <= 16)
-      return Gemm<T, 16>(trans_a, trans_b, m, n, k, a, b, beta, c);
-  }
+// The SSE2 product (AVX2 and AVX-512 CPUs take runtime/small_gemm_in_place,
+// which reads B without this copy): op(B) packed, then GemmPacked.
+template <typename T>
+void GemmSse2(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
+              const T* b, T beta, T* c) {
   if (m <= 0 || n <= 0) return;
-  constexpr int kLanes = Simd<T, kBytes>::kLanes;
+  constexpr int kLanes = Simd<T, 16>::kLanes;
   const int64_t stride = (n + kLanes - 1) / kLanes * kLanes;
   thread_local std::vector<T> scratch;
   scratch.resize(static_cast<size_t>(std::max<int64_t>(k, 1) * stride));
   PackB(trans_b, n, k, b, stride, scratch.data());
   // A is read one element per row and step: (row, step) at row * a_row +
   // step * a_col, so both layouts need no copy.
-  GemmPacked<T, kBytes>(m, n, k, a, trans_a ? 1 : k, trans_a ? m : 1, scratch.data(), stride,
-                        beta, c, n);
+  GemmPacked<T, 16>(m, n, k, a, trans_a ? 1 : k, trans_a ? m : 1, scratch.data(), stride, beta,
+                    c, n);
 }
 
-// The same source compiled once per instruction set (AVX-512's general
-// products are runtime/small_gemm_avx512's).
-template <typename T>
-__attribute__((target("avx2,fma"))) void GemmAvx2(bool ta, bool tb, int64_t m, int64_t n,
-                                                  int64_t k, const T* a, const T* b, T beta,
-                                                  T* c) {
-  Gemm<T, 32>(ta, tb, m, n, k, a, b, beta, c);
-}
-
-template <typename T>
-void GemmSse2(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b,
-              T beta, T* c) {
-  Gemm<T, 16>(ta, tb, m, n, k, a, b, beta, c);
-}
-
+// GemmPacked (the convolutions' products on pre-packed patches) compiled
+// once per instruction set.
 template <typename T>
 __attribute__((target("avx512f,avx512vl,avx2,fma"))) void GemmPackedAvx512(
     int64_t m, int64_t n, int64_t k, const T* a, int64_t a_row, int64_t a_col, const T* packed,
@@ -260,10 +242,9 @@ template <typename T>
 void Run(Isa isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b,
          T beta, T* c) {
   switch (isa) {
-    case Isa::kAvx512:  // masked loads: B read in place (small_gemm_avx512.h)
-      return SmallGemmAvx512(ta, tb, m, n, k, a, b, beta, c);
-    case Isa::kAvx2:
-      return GemmAvx2<T>(ta, tb, m, n, k, a, b, beta, c);
+    case Isa::kAvx512:
+    case Isa::kAvx2:  // masked loads: B read in place (small_gemm_in_place.h)
+      return SmallGemmInPlace(isa, ta, tb, m, n, k, a, b, beta, c);
     case Isa::kSse2:
       return GemmSse2<T>(ta, tb, m, n, k, a, b, beta, c);
   }
