@@ -20,7 +20,7 @@ class CppRenderer : public CRenderer {
   std::string MathName(MathFn fn, DType) const override {
     switch (fn) {
       case MathFn::kLog: return "std::log";
-      case MathFn::kTanh: return "std::tanh";
+      case MathFn::kTanh: return "mf_kernel_math::Tanh";
       case MathFn::kSqrt: return "std::sqrt";
       case MathFn::kFabs: return "std::fabs";
       case MathFn::kPow: return "std::pow";

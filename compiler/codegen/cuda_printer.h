@@ -36,7 +36,7 @@
 namespace metafuse::codegen {
 
 // Part of the PTX cache key: bump it whenever the printed code changes.
-inline constexpr char kCudaPrinterVersion[] = "metafuse cuda_printer 1";
+inline constexpr char kCudaPrinterVersion[] = "metafuse cuda_printer 2";
 
 // The kernel's entry symbol: "mf_" + name (as on the host).
 std::string CudaKernelSymbol(const kir::Kernel& kernel);

@@ -50,7 +50,7 @@ T Apply(const Node& n, const std::vector<double>& v, DType cmp_dtype) {
     case Op::kNeg: return -arg(0);
     case Op::kExp: return mf_kernel_math::Exp(arg(0));
     case Op::kLog: return std::log(arg(0));
-    case Op::kTanh: return std::tanh(arg(0));
+    case Op::kTanh: return mf_kernel_math::Tanh(arg(0));
     case Op::kSigmoid: return T(1) / (T(1) + mf_kernel_math::Exp(-arg(0)));
     case Op::kRelu: return arg(0) < T(0) ? T(0) : arg(0);
     case Op::kSqrt: return std::sqrt(arg(0));

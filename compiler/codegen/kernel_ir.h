@@ -20,8 +20,9 @@
 //
 // Semantics are those of a scalar C++ loop, op by op, with no fast-math: every
 // op rounds to its own dtype, nothing is contracted into an FMA. exp (and the
-// exp inside sigmoid) is mf_kernel_math::Exp (compiler/codegen/kernel_math.h); log,
-// tanh and pow with a general exponent are libm's. The reference interpreter
+// exp inside sigmoid) is mf_kernel_math::Exp and tanh mf_kernel_math::Tanh
+// (compiler/codegen/kernel_math.h); log and pow with a general exponent are
+// libm's. The reference interpreter
 // (Interpret) defines them; both printers must agree with it.
 #pragma once
 

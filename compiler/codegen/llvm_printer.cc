@@ -362,6 +362,38 @@ class Printer {
                     "\n");
   }
 
+  // mf_kernel_math::Tanh, the same operations in the same order.
+  template <typename C>
+  void TanhBody(int id, DType t, const std::string& x, const std::string& dst,
+                std::string* out) {
+    const char* T = Ty(t);
+    auto lit = [](double v) { return Literal(v); };
+    std::string negative = Fresh(id), minus_x = Fresh(id), a = Fresh(id);
+    absl::StrAppend(out, "  ", negative, " = fcmp olt ", T, " ", x, ", ", lit(0.0), "\n");
+    absl::StrAppend(out, "  ", minus_x, " = fneg ", T, " ", x, "\n");
+    absl::StrAppend(out, "  ", a, " = select i1 ", negative, ", ", T, " ", minus_x, ", ", T, " ",
+                    x, "\n");
+    std::string s = Bin("fmul", t, x, x, Fresh(id), out);
+    std::string p = lit(C::kCoeff[C::kTerms - 1]);
+    for (int d = C::kTerms - 2; d >= 0; --d) {
+      std::string ps = Bin("fmul", t, p, s, Fresh(id), out);
+      p = Bin("fadd", t, ps, lit(C::kCoeff[d]), Fresh(id), out);
+    }
+    std::string small = Bin("fmul", t, x, p, Fresh(id), out);
+    std::string twice = Bin("fmul", t, lit(-2.0), a, Fresh(id), out);
+    std::string e = Exp(id, t, twice, Fresh(id), out);
+    std::string num = Bin("fsub", t, lit(1.0), e, Fresh(id), out);
+    std::string den = Bin("fadd", t, lit(1.0), e, Fresh(id), out);
+    std::string big = Bin("fdiv", t, num, den, Fresh(id), out);
+    std::string minus_big = Fresh(id), away = Fresh(id), near = Fresh(id);
+    absl::StrAppend(out, "  ", minus_big, " = fneg ", T, " ", big, "\n");
+    absl::StrAppend(out, "  ", away, " = select i1 ", negative, ", ", T, " ", minus_big, ", ", T,
+                    " ", big, "\n");
+    absl::StrAppend(out, "  ", near, " = fcmp olt ", T, " ", a, ", ", lit(C::kSmall), "\n");
+    absl::StrAppend(out, "  ", dst, " = select i1 ", near, ", ", T, " ", small, ", ", T, " ",
+                    away, "\n");
+  }
+
   std::string Exp(int id, DType t, const std::string& x, const std::string& dst,
                   std::string* out) {
     if (t == DType::kF32) {
@@ -424,12 +456,14 @@ class Printer {
       case Op::kLog: name = Call(Intrinsic("log", t), t, arg(0), dst, out); return;
       case Op::kSqrt: name = Call(Intrinsic("sqrt", t), t, arg(0), dst, out); return;
       case Op::kAbs: name = Call(Intrinsic("fabs", t), t, arg(0), dst, out); return;
-      case Op::kTanh: {
-        const char* fn = t == DType::kF32 ? "tanhf" : "tanh";
-        decls_.insert(absl::StrCat("declare ", Ty(t), " @", fn, "(", Ty(t), ") nounwind readnone"));
-        name = Call(fn, t, arg(0), dst, out);
+      case Op::kTanh:
+        if (t == DType::kF32) {
+          TanhBody<mf_kernel_math::TanhConstants<float>>(id, t, arg(0), dst, out);
+        } else {
+          TanhBody<mf_kernel_math::TanhConstants<double>>(id, t, arg(0), dst, out);
+        }
+        name = dst;
         return;
-      }
       case Op::kSigmoid: {
         std::string neg = Fresh(id), e = Fresh(id), d = Fresh(id);
         absl::StrAppend(out, "  ", neg, " = fneg ", Ty(t), " ", arg(0), "\n");

@@ -127,7 +127,7 @@ TEST(CudaCodegen, DefaultNvrtcFlagsWouldContractIntoFma) {
 
 // (b) The printed CUDA, compiled as host C++ with the shim header and run over
 // grids smaller and larger than n, matches the interpreter exactly (0 ulp):
-// on the host, the shim's log/tanh/pow are the interpreter's libm, and
+// on the host, the shim's log/pow are the interpreter's libm, and
 // -ffp-contract=off matches --fmad=false.
 TEST(CudaCodegen, HostShimRunOfTheGridMatchesInterpreter) {
   testing::ExpectHostShimGridRunsMatchInterpreter(AllKernels());
@@ -198,7 +198,7 @@ TEST(CudaCodegen, GridBlocks) {
 
 // Without a driver and device, loading says so; with one (a GPU machine),
 // the kernels run on it and match the interpreter: exactly, except outputs
-// that call CUDA's log, tanh or pow, compared within 4 ulp (test kernels
+// that call CUDA's log or pow, compared within 4 ulp (test kernels
 // only: random kernels feed such values into further ops).
 // Device copies of a Buffers' inputs and room for its outputs, freed at the
 // end of the scope.

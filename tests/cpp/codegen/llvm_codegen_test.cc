@@ -107,14 +107,16 @@ TEST(LlvmCodegen, UlpDistance) {
   EXPECT_EQ(testing::UlpDistance(1.0, std::nextafter(1.0, 0.0), DType::kF64), 1);
 }
 
-// exp and sigmoid are arithmetic (compiler/codegen/kernel_math.h), not libm calls, so
-// their loops vectorize too. (Loops with log, tanh or pow stay scalar.)
-TEST(LlvmCodegen, ExpAndSigmoidLoopsAreVectorized) {
+// exp, sigmoid and tanh are arithmetic (compiler/codegen/kernel_math.h), not
+// libm calls, so their loops vectorize too. (Loops with log or pow stay
+// scalar.)
+TEST(LlvmCodegen, ExpSigmoidAndTanhLoopsAreVectorized) {
   for (DType t : {DType::kF32, DType::kF64}) {
     kir::KernelBuilder b("act");
     int x = b.Input("x", t);
     b.Output("e", b.Exp(x));
     b.Output("s", b.Sigmoid(x));
+    b.Output("h", b.Tanh(x));
     auto k = b.Build();
     ASSERT_TRUE(k.ok());
     auto ck = testing::CompileHostKernel(*k);
