@@ -362,10 +362,10 @@ class Printer {
                     "\n");
   }
 
-  // mf_kernel_math::Tanh, the same operations in the same order.
-  template <typename C>
-  void TanhBody(int id, DType t, const std::string& x, const std::string& dst,
-                std::string* out) {
+  // mf_kernel_math::Tanh(double), the same operations in the same order.
+  void TanhBody(int id, const std::string& x, const std::string& dst, std::string* out) {
+    using C = mf_kernel_math::TanhConstants;
+    const DType t = DType::kF64;
     const char* T = Ty(t);
     auto lit = [](double v) { return Literal(v); };
     std::string negative = Fresh(id), minus_x = Fresh(id), a = Fresh(id);
@@ -457,10 +457,13 @@ class Printer {
       case Op::kSqrt: name = Call(Intrinsic("sqrt", t), t, arg(0), dst, out); return;
       case Op::kAbs: name = Call(Intrinsic("fabs", t), t, arg(0), dst, out); return;
       case Op::kTanh:
-        if (t == DType::kF32) {
-          TanhBody<mf_kernel_math::TanhConstants<float>>(id, t, arg(0), dst, out);
+        if (t == DType::kF32) {  // in double, rounded once (kernel_math.h)
+          std::string wide = Fresh(id), result = Fresh(id);
+          absl::StrAppend(out, "  ", wide, " = fpext float ", arg(0), " to double\n");
+          TanhBody(id, wide, result, out);
+          absl::StrAppend(out, "  ", dst, " = fptrunc double ", result, " to float\n");
         } else {
-          TanhBody<mf_kernel_math::TanhConstants<double>>(id, t, arg(0), dst, out);
+          TanhBody(id, arg(0), dst, out);
         }
         name = dst;
         return;

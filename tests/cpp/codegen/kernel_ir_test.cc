@@ -250,8 +250,10 @@ TEST(KernelMath, ExpIsWithinTwoUlpOfLibm) {
   CheckExp<double>(2);
 }
 
-// metafuse's tanh against libm's: within 4 ulp everywhere (tiny, around the
-// 0.55 switch between series and exp form, saturated), exact at the edges.
+// metafuse's tanh against libm's: double within 4 ulp everywhere (tiny,
+// around the 0.55 switch between series and exp form, saturated); float
+// (computed in double) within 1 of libm's double tanh rounded to float
+// (glibc's tanhf itself is 2 ulp off at places); exact at the edges.
 template <typename T>
 void CheckTanh(uint32_t seed) {
   const DType t = sizeof(T) == 4 ? DType::kF32 : DType::kF64;
@@ -267,10 +269,11 @@ void CheckTanh(uint32_t seed) {
       case 2: x = static_cast<T>(j % 8 < 4 ? edge(rng) : -edge(rng)); break;
       default: x = static_cast<T>((j % 8 < 4 ? 1 : -1) * std::pow(2.0, exponent(rng)));
     }
-    const T got = mf_kernel_math::Tanh(x), want = std::tanh(x);
+    const T got = mf_kernel_math::Tanh(x);
+    const T want = static_cast<T>(std::tanh(static_cast<double>(x)));
     const int64_t d = testing::UlpDistance(got, want, t);
     worst = std::max(worst, d);
-    ASSERT_LE(d, 4) << "tanh(" << x << ") = " << got << ", libm " << want;
+    ASSERT_LE(d, sizeof(T) == 4 ? 1 : 4) << "tanh(" << x << ") = " << got << ", libm " << want;
   }
   const T inf = std::numeric_limits<T>::infinity();
   EXPECT_EQ(mf_kernel_math::Tanh(T(0)), T(0));
@@ -282,7 +285,7 @@ void CheckTanh(uint32_t seed) {
   std::cout << (t == DType::kF32 ? "f32" : "f64") << " tanh vs libm: " << worst << " ulp\n";
 }
 
-TEST(KernelMath, TanhIsWithinFourUlpOfLibm) {
+TEST(KernelMath, TanhIsWithinOneUlpOfLibmInFloatAndFourInDouble) {
   CheckTanh<float>(3);
   CheckTanh<double>(4);
 }
