@@ -322,6 +322,169 @@ __attribute__((always_inline)) inline void InputTiles(const Geometry& g, int til
   }
 }
 
+// F(2x2): each tile's 16 points in one pass over the channels, both 1-D
+// transforms (adds and subtracts only) in registers, instead of the two
+// passes through a scratch row above (the same operations in the same
+// order: the same bits).
+template <>
+__attribute__((always_inline)) inline void InputTiles<2>(const Geometry& g, int tiles,
+                                                         Scratch& s) {
+  const int C = g.c, H = g.h, W = g.w, per_image = g.tiles_h * g.tiles_w;
+  const size_t point_stride = size_t(tiles) * C;
+  for (int t = 0; t < tiles; ++t) {
+    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
+    const int r0 = ty * 2 - g.pad_h, c0 = tx * 2 - g.pad_w;
+    const float* d[4][4];
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) {
+        const int row = r0 + i, col = c0 + j;
+        d[i][j] = row >= 0 && row < H && col >= 0 && col < W
+                      ? s.image.data() + ((size_t(img) * H + row) * W + col) * C
+                      : s.zeros.data();
+      }
+    float* __restrict__ out = s.points.data() + size_t(t) * C;
+#pragma GCC ivdep
+    for (int c = 0; c < C; ++c) {
+      float e[4][4];
+      for (int j = 0; j < 4; ++j) {  // along each column: Transform<2>::Input
+        e[0][j] = d[0][j][c] - d[2][j][c];
+        e[1][j] = d[1][j][c] + d[2][j][c];
+        e[2][j] = d[2][j][c] - d[1][j][c];
+        e[3][j] = d[1][j][c] - d[3][j][c];
+      }
+      for (int i = 0; i < 4; ++i) {  // then along each row
+        out[(i * 4 + 0) * point_stride + c] = e[i][0] - e[i][2];
+        out[(i * 4 + 1) * point_stride + c] = e[i][1] + e[i][2];
+        out[(i * 4 + 2) * point_stride + c] = e[i][2] - e[i][1];
+        out[(i * 4 + 3) * point_stride + c] = e[i][1] - e[i][3];
+      }
+    }
+  }
+}
+
+// The products of a block (s.products[xi][t][k]) to output tiles in
+// s.result (NHWC over the tiles' cover, rows x cols).
+template <int M>
+__attribute__((always_inline)) inline void OutputTiles(const Geometry& g, int tiles, int rows,
+                                                       int cols, Scratch& s) {
+  using T = Transform<M>;
+  constexpr int kA = T::kAlpha;
+  const int K = g.k, per_image = g.tiles_h * g.tiles_w;
+  for (int t = 0; t < tiles; ++t) {
+    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
+    float* tmp = s.rows.data();
+    for (int j = 0; j < kA; ++j) {
+      const float* m[kA];
+      float* o[M];
+      for (int i = 0; i < kA; ++i) m[i] = s.products.data() + (size_t(i * kA + j) * tiles + t) * K;
+      for (int i = 0; i < M; ++i) o[i] = tmp + (i * kA + j) * K;
+      T::Output(m, o, K);
+    }
+    for (int i = 0; i < M; ++i) {
+      const float* m[kA];
+      float* o[M];
+      for (int j = 0; j < kA; ++j) m[j] = tmp + (i * kA + j) * K;
+      for (int j = 0; j < M; ++j)
+        o[j] = s.result.data() + ((size_t(img) * rows + ty * M + i) * cols + tx * M + j) * K;
+      T::Output(m, o, K);
+    }
+  }
+}
+
+// F(2x2): each tile's 4 outputs from its 16 products in one pass over the
+// channels (same operations, same order as above).
+template <>
+__attribute__((always_inline)) inline void OutputTiles<2>(const Geometry& g, int tiles, int rows,
+                                                          int cols, Scratch& s) {
+  const int K = g.k, per_image = g.tiles_h * g.tiles_w;
+  const size_t point_stride = size_t(tiles) * K;
+  for (int t = 0; t < tiles; ++t) {
+    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
+    const float* __restrict__ m = s.products.data() + size_t(t) * K;
+    float* o[2][2];
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j)
+        o[i][j] = s.result.data() + ((size_t(img) * rows + ty * 2 + i) * cols + tx * 2 + j) * K;
+#pragma GCC ivdep
+    for (int k = 0; k < K; ++k) {
+      float e[2][4];
+      for (int j = 0; j < 4; ++j) {  // along each column: Transform<2>::Output
+        const float m0 = m[(0 * 4 + j) * point_stride + k], m1 = m[(1 * 4 + j) * point_stride + k],
+                    m2 = m[(2 * 4 + j) * point_stride + k], m3 = m[(3 * 4 + j) * point_stride + k];
+        e[0][j] = m0 + m1 + m2;
+        e[1][j] = m1 - m2 - m3;
+      }
+      for (int i = 0; i < 2; ++i) {  // then along each row
+        o[i][0][k] = e[i][0] + e[i][1] + e[i][2];
+        o[i][1][k] = e[i][1] - e[i][2] - e[i][3];
+      }
+    }
+  }
+}
+
+// The output gradient's tiles of a block (s.result, NHWC over the tiles'
+// cover) to s.products[xi][t][k] (A dy A^T per tile).
+template <int M>
+__attribute__((always_inline)) inline void GradientTiles(const Geometry& g, int tiles, int rows,
+                                                         int cols, Scratch& s) {
+  using T = Transform<M>;
+  constexpr int kA = T::kAlpha;
+  const int K = g.k, per_image = g.tiles_h * g.tiles_w;
+  for (int t = 0; t < tiles; ++t) {
+    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
+    float* tmp = s.rows.data();  // [alpha][M][K]
+    for (int j = 0; j < M; ++j) {
+      const float* d[M];
+      float* o[kA];
+      for (int i = 0; i < M; ++i)
+        d[i] = s.result.data() + ((size_t(img) * rows + ty * M + i) * cols + tx * M + j) * K;
+      for (int i = 0; i < kA; ++i) o[i] = tmp + (i * M + j) * K;
+      T::Gradient(d, o, K);
+    }
+    for (int i = 0; i < kA; ++i) {
+      const float* d[M];
+      float* o[kA];
+      for (int j = 0; j < M; ++j) d[j] = tmp + (i * M + j) * K;
+      for (int j = 0; j < kA; ++j)
+        o[j] = s.products.data() + (size_t(i * kA + j) * tiles + t) * K;
+      T::Gradient(d, o, K);
+    }
+  }
+}
+
+// F(2x2): each tile's 16 points from its 4 gradients in one pass over the
+// channels (same operations, same order as above).
+template <>
+__attribute__((always_inline)) inline void GradientTiles<2>(const Geometry& g, int tiles,
+                                                            int rows, int cols, Scratch& s) {
+  const int K = g.k, per_image = g.tiles_h * g.tiles_w;
+  const size_t point_stride = size_t(tiles) * K;
+  for (int t = 0; t < tiles; ++t) {
+    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
+    const float* d[2][2];
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j)
+        d[i][j] = s.result.data() + ((size_t(img) * rows + ty * 2 + i) * cols + tx * 2 + j) * K;
+    float* __restrict__ out = s.products.data() + size_t(t) * K;
+#pragma GCC ivdep
+    for (int k = 0; k < K; ++k) {
+      float e[4][2];
+      for (int j = 0; j < 2; ++j) {  // along each column: Transform<2>::Gradient
+        e[0][j] = d[0][j][k];
+        e[1][j] = d[0][j][k] + d[1][j][k];
+        e[2][j] = d[0][j][k] - d[1][j][k];
+        e[3][j] = -d[1][j][k];
+      }
+      for (int i = 0; i < 4; ++i) {  // then along each row
+        out[(i * 4 + 0) * point_stride + k] = e[i][0];
+        out[(i * 4 + 1) * point_stride + k] = e[i][0] + e[i][1];
+        out[(i * 4 + 2) * point_stride + k] = e[i][0] - e[i][1];
+        out[(i * 4 + 3) * point_stride + k] = -e[i][1];
+      }
+    }
+  }
+}
+
 // C = op(A) B + beta C. `concurrent`: this call's blocks run on several
 // threads, so the product goes to runtime/small_gemm (per-thread scratch);
 // Debian's serial OpenBLAS is not safe from two threads at once. Otherwise
@@ -364,25 +527,7 @@ __attribute__((always_inline)) inline void RunBlock(const Geometry& g, const flo
             u + size_t(xi) * C * K, 0.f, s.products.data() + size_t(xi) * tiles * K);
   }
 
-  for (int t = 0; t < tiles; ++t) {  // products -> output tiles (NHWC)
-    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
-    float* tmp = s.rows.data();
-    for (int j = 0; j < kA; ++j) {
-      const float* m[kA];
-      float* o[M];
-      for (int i = 0; i < kA; ++i) m[i] = s.products.data() + (size_t(i * kA + j) * tiles + t) * K;
-      for (int i = 0; i < M; ++i) o[i] = tmp + (i * kA + j) * K;
-      T::Output(m, o, K);
-    }
-    for (int i = 0; i < M; ++i) {
-      const float* m[kA];
-      float* o[M];
-      for (int j = 0; j < kA; ++j) m[j] = tmp + (i * kA + j) * K;
-      for (int j = 0; j < M; ++j)
-        o[j] = s.result.data() + ((size_t(img) * rows + ty * M + i) * cols + tx * M + j) * K;
-      T::Output(m, o, K);
-    }
-  }
+  OutputTiles<M>(g, tiles, rows, cols, s);  // products -> output tiles (NHWC)
 
   const int plane = g.out_h * g.out_w;
   for (int i = 0; i < images; ++i) {  // NHWC (tile cover) -> NCHW output, plus bias
@@ -419,26 +564,7 @@ __attribute__((always_inline)) inline void GradientBlock(const Geometry& g, cons
          s.result.data());
   InputTiles<M>(g, tiles, s);
 
-  for (int t = 0; t < tiles; ++t) {  // dy tiles -> products[xi][t][k]
-    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
-    float* tmp = s.rows.data();  // [alpha][M][K]
-    for (int j = 0; j < M; ++j) {
-      const float* d[M];
-      float* o[kA];
-      for (int i = 0; i < M; ++i)
-        d[i] = s.result.data() + ((size_t(img) * rows + ty * M + i) * cols + tx * M + j) * K;
-      for (int i = 0; i < kA; ++i) o[i] = tmp + (i * M + j) * K;
-      T::Gradient(d, o, K);
-    }
-    for (int i = 0; i < kA; ++i) {
-      const float* d[M];
-      float* o[kA];
-      for (int j = 0; j < M; ++j) d[j] = tmp + (i * M + j) * K;
-      for (int j = 0; j < kA; ++j)
-        o[j] = s.products.data() + (size_t(i * kA + j) * tiles + t) * K;
-      T::Gradient(d, o, K);
-    }
-  }
+  GradientTiles<M>(g, tiles, rows, cols, s);  // dy tiles -> products[xi][t][k]
 
   for (int xi = 0; xi < kPoints; ++xi) {
     Product(concurrent, /*trans_a=*/true, K, C, tiles, s.products.data() + size_t(xi) * tiles * K,
