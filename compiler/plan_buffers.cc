@@ -13,9 +13,14 @@ using torch::jit::Value;
 
 namespace {
 
+// True when `node` is the last reader of v: every other reader comes before
+// it in the same block (a BatchNorm's centering kernel after the mean of
+// the same conv output may overwrite it). A reader after it, in another
+// block (a loop body reads again) or the graph's return keeps v alive.
 bool DiesAt(const Value* v, const Node* node) {
   for (const torch::jit::Use& use : v->uses()) {
-    if (use.user != node) return false;  // read elsewhere too (or returned)
+    if (use.user == node) continue;
+    if (use.user->owningBlock() != node->owningBlock() || !use.user->isBefore(node)) return false;
   }
   return true;
 }

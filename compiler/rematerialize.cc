@@ -5,6 +5,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <c10/util/accumulate.h>
+
 #include "compiler/lower_fusion_group.h"
 #include "compiler/specialize_shapes.h"
 
@@ -13,6 +15,10 @@ namespace metafuse::compiler {
 using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
+
+namespace {
+constexpr int64_t kSmallSavedElements = 4096, kSmallSavedRatio = 64;
+}  // namespace
 
 int64_t Rematerialize(Graph& forward, Graph& backward, int64_t num_outputs) {
   std::unordered_map<const Value*, int64_t> saved_index;  // forward value -> saved slot
@@ -49,13 +55,23 @@ int64_t Rematerialize(Graph& forward, Graph& backward, int64_t num_outputs) {
     }
     return nullptr;
   };
+  // A tensor small beside `self` (a BatchNorm's per-channel shift beside
+  // its activation) is saved for the recomputation: a few bytes against
+  // the whole buffer of `self`.
+  auto SmallBeside = [](Value* u, Value* self) {
+    auto small = CompleteTensorType(u), large = CompleteTensorType(self);
+    if (!small || !large) return false;
+    const int64_t n = c10::multiply_integers(*small->sizes().concrete_sizes());
+    const int64_t m = c10::multiply_integers(*large->sizes().concrete_sizes());
+    return n <= kSmallSavedElements && n * kSmallSavedRatio <= m;
+  };
   // Whether `u` is available to the backward (a constant, a forward input,
   // another saved value) or can be recomputed from available values by at
   // most `budget` elementwise ops; `chain` collects those ops.
   std::function<bool(Value*, Value*, int, std::vector<Node*>*)> reachable =
       [&](Value* u, Value* self, int budget, std::vector<Node*>* chain) {
         if (u->node()->kind() == torch::jit::prim::Constant || forward_inputs.count(u) ||
-            (saved_index.count(u) && u != self)) {
+            (saved_index.count(u) && u != self) || SmallBeside(u, self)) {
           return true;
         }
         Node* q = u->node();
@@ -76,7 +92,7 @@ int64_t Rematerialize(Graph& forward, Graph& backward, int64_t num_outputs) {
         if (std::find(chain->begin(), chain->end(), q) == chain->end()) chain->push_back(q);
         return true;
       };
-  constexpr int kMaxRecomputedOps = 3;
+  constexpr int kMaxRecomputedOps = 4;
   std::vector<Node*> recomputed;
   for (int64_t i = 0; i < num_saved(); ++i) {
     Value* v = forward.outputs()[num_outputs + i];

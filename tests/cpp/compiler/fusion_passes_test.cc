@@ -1214,6 +1214,24 @@ TEST(PlanBuffers, InputUsedLaterIsNotReused) {
              MmInputs(16), 0, {-1});
 }
 
+TEST(PlanBuffers, InputReadBeforeByAnotherNodeIsReused) {
+  // BatchNorm's centering: the mean of %a reads it first, the group last.
+  ExpectPlan(R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %none : NoneType = prim::Constant()
+  %false : bool = prim::Constant[value=0]()
+  %zero : int = prim::Constant[value=0]()
+  %one : int = prim::Constant[value=1]()
+  %dims : int[] = prim::ListConstruct(%zero)
+  %a : Tensor = aten::mm(%x, %w)
+  %m : Tensor = aten::mean(%a, %dims, %false, %none)
+  %b : Tensor = aten::sub(%a, %m, %one)
+  %c : Tensor = aten::exp(%b)
+  return (%c)
+)IR",
+             MmInputs(20), 1, {0});
+}
+
 TEST(PlanBuffers, ReturnedGraphInputIsNotReused) {
   auto ir = [](const std::string& ret) {
     return R"IR(
