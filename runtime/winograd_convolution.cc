@@ -172,41 +172,6 @@ struct Scratch {
   std::vector<float> image, result, points, products, rows, zeros;
 };
 
-// U[(i * alpha + j)][c][k] = (G g G^T)[i][j] for weight g = w[k][c].
-template <int M>
-std::unique_ptr<float[]> TransformWeights(const at::Tensor& weight) {
-  using T = Transform<M>;
-  constexpr int kA = T::kAlpha;
-  const int K = weight.size(0), C = weight.size(1);
-  // [c][tap][k]: the output channels contiguous, as the loops below read them.
-  const at::Tensor taps = weight.reshape({K, C, 9}).permute({1, 2, 0}).contiguous();
-  const float* g = taps.data_ptr<float>();
-  // Every entry is written below: no zero fill (it would be a 590 KB memset
-  // per call for 64 channels).
-  std::unique_ptr<float[]> u(new float[size_t(kA) * kA * C * K]);
-  std::vector<float> half(size_t(kA) * 3 * K);
-  for (int c = 0; c < C; ++c) {
-    const float* gc = g + size_t(c) * 9 * K;
-    for (int i = 0; i < kA; ++i)
-      for (int j = 0; j < 3; ++j) {
-        float* out = half.data() + (i * 3 + j) * K;
-#pragma GCC ivdep
-        for (int k = 0; k < K; ++k)
-          out[k] = T::kG[i][0] * gc[(0 * 3 + j) * K + k] + T::kG[i][1] * gc[(1 * 3 + j) * K + k] +
-                   T::kG[i][2] * gc[(2 * 3 + j) * K + k];
-      }
-    for (int i = 0; i < kA; ++i)
-      for (int j = 0; j < kA; ++j) {
-        float* out = u.get() + ((size_t(i) * kA + j) * C + c) * K;
-        const float* row = half.data() + i * 3 * K;
-#pragma GCC ivdep
-        for (int k = 0; k < K; ++k)
-          out[k] = row[k] * T::kG[j][0] + row[K + k] * T::kG[j][1] + row[2 * K + k] * T::kG[j][2];
-      }
-  }
-  return u;
-}
-
 // dst[j * dst_stride + i] = src[i * src_stride + j] (+ add[j]) for i < rows,
 // j < cols: 8 x 8 blocks transposed in registers (GCC vector shuffles, which
 // each target clone lowers to its own instructions), the edges one by one.
@@ -284,6 +249,45 @@ __attribute__((always_inline)) inline void ToNhwc(const float* src, int images, 
     for (int r = 0; r < h; ++r)
       Transpose(in + r * w, plane, out + size_t(r) * cover_w * channels, channels, channels, w,
                 nullptr);
+  }
+}
+
+// U[(i * alpha + j)][c][k] = (G g G^T)[i][j] for the weight g = w[k][c] of
+// a contiguous [K, C, 3, 3] w, into u (alpha^2 C K floats, every entry
+// written: no zero fill). The taps go to [c][tap][k] first (the output
+// channels contiguous, as the loops read them) by the 8 x 8 register
+// transposes above; both buffers are the calling thread's and kept, so
+// their pages are warm. For the 5-image support convolutions of a MAML step
+// (about 200 us each) the permuted ATen copy, a fresh 256 KB array and the
+// baseline-ISA loops this replaced were a fifth of the call.
+template <int M>
+__attribute__((always_inline)) inline void TransformWeightsInto(const float* w, int K, int C,
+                                                                float* taps, float* u) {
+  using T = Transform<M>;
+  constexpr int kA = T::kAlpha;
+  Transpose(w, int64_t(C) * 9, taps, K, K, C * 9, nullptr);
+  float half[kA * 3 * 64];
+  for (int k0 = 0; k0 < K; k0 += 64) {  // 64 output channels at a time: `half` on the stack
+    const int kn = std::min(64, K - k0);
+    for (int c = 0; c < C; ++c) {
+      const float* gc = taps + size_t(c) * 9 * K + k0;
+      for (int i = 0; i < kA; ++i)
+        for (int j = 0; j < 3; ++j) {
+          float* out = half + (i * 3 + j) * 64;
+#pragma GCC ivdep
+          for (int k = 0; k < kn; ++k)
+            out[k] = T::kG[i][0] * gc[(0 * 3 + j) * K + k] + T::kG[i][1] * gc[(1 * 3 + j) * K + k] +
+                     T::kG[i][2] * gc[(2 * 3 + j) * K + k];
+        }
+      for (int i = 0; i < kA; ++i)
+        for (int j = 0; j < kA; ++j) {
+          float* out = u + ((size_t(i) * kA + j) * C + c) * K + k0;
+          const float* row = half + i * 3 * 64;
+#pragma GCC ivdep
+          for (int k = 0; k < kn; ++k)
+            out[k] = row[k] * T::kG[j][0] + row[64 + k] * T::kG[j][1] + row[2 * 64 + k] * T::kG[j][2];
+        }
+    }
   }
 }
 
@@ -596,6 +600,14 @@ METAFUSE_WINOGRAD_CLONES void GradientBlockF4(const Geometry& g, const float* x,
                                               bool concurrent, Scratch& s) {
   GradientBlock<4>(g, x, dy, acc, n0, images, first, concurrent, s);
 }
+METAFUSE_WINOGRAD_CLONES void TransformWeightsF2(const float* w, int K, int C, float* taps,
+                                                 float* u) {
+  TransformWeightsInto<2>(w, K, C, taps, u);
+}
+METAFUSE_WINOGRAD_CLONES void TransformWeightsF4(const float* w, int K, int C, float* taps,
+                                                 float* u) {
+  TransformWeightsInto<4>(w, K, C, taps, u);
+}
 #undef METAFUSE_WINOGRAD_CLONES
 
 // acc[xi][k][c] (summed over tiles) -> dW[k][c][u][v] = (G^T acc G)[u][v].
@@ -728,9 +740,15 @@ at::Tensor Conv2dByWinograd(const at::Tensor& input, const at::Tensor& weight,
   const int m = TileSize(tile);
   const Geometry g = MakeGeometry(input.size(0), input.size(1), input.size(2), input.size(3),
                                   weight.size(0), padding, m);
-  const at::Tensor x = input.contiguous();
-  const std::unique_ptr<float[]> u =
-      m == 2 ? TransformWeights<2>(weight.contiguous()) : TransformWeights<4>(weight.contiguous());
+  const at::Tensor x = input.contiguous(), w = weight.contiguous();
+  // This thread's (TransformWeightsInto); nothing on it runs another
+  // convolution before this one returns.
+  thread_local std::vector<float> taps, transformed;
+  taps.resize(size_t(9) * g.c * g.k);
+  transformed.resize(size_t(m + 2) * (m + 2) * g.c * g.k);
+  float* const u = transformed.data();
+  (m == 2 ? TransformWeightsF2 : TransformWeightsF4)(w.data_ptr<float>(), g.k, g.c, taps.data(),
+                                                      u);
   const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
   at::Tensor y = at::empty({g.n, g.k, g.out_h, g.out_w}, x.options());
   const float* xp = x.data_ptr<float>();
@@ -743,7 +761,7 @@ at::Tensor Conv2dByWinograd(const at::Tensor& input, const at::Tensor& weight,
     for (int64_t blk = begin; blk < end; ++blk) {
       const int n0 = static_cast<int>(blk) * g.images_per_block;
       const int images = std::min(g.images_per_block, g.n - n0);
-      (m == 2 ? RunBlockF2 : RunBlockF4)(g, xp, u.get(), bp, yp, n0, images, concurrent,
+      (m == 2 ? RunBlockF2 : RunBlockF4)(g, xp, u, bp, yp, n0, images, concurrent,
                                           scratch);
     }
   });
