@@ -17,9 +17,12 @@ __all__ = ["seconds_of_call_and_backward"]
 _LEAST = 2
 _MOST = 3
 _BUDGET_S = 0.05
+# A candidate this much slower than what it must beat has lost whatever
+# the noise of one timing (10-15% on a long call, module docstring).
+CLEARLY_SLOWER = 1.5
 
 
-def seconds_of_call_and_backward(run, inputs, synchronize=False):
+def seconds_of_call_and_backward(run, inputs, synchronize=False, give_up_above=None):
     """Seconds of ``run()`` and the gradient of its differentiable outputs
     (seeded with ones) with respect to ``inputs``.
 
@@ -27,7 +30,11 @@ def seconds_of_call_and_backward(run, inputs, synchronize=False):
         run: the call; returns a pytree of tensors.
         inputs: the tensors to differentiate with respect to (may be empty:
             forward only).
-        synchronize: wait for CUDA work before reading the clock."""
+        synchronize: wait for CUDA work before reading the clock.
+        give_up_above: seconds past which the candidate has clearly lost (a
+            rival's time, times the margin it must beat, times
+            CLEARLY_SLOWER): a timed run slower than that ends the timing,
+            so a loser costs one timed run instead of two or three."""
     def once():
         outputs = [t for t in _tree.leaves(run())
                    if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -43,4 +50,6 @@ def seconds_of_call_and_backward(run, inputs, synchronize=False):
         start = time.perf_counter()
         once()
         timed.append(time.perf_counter() - start)
+        if give_up_above is not None and min(timed) > give_up_above:
+            break
     return min(timed)

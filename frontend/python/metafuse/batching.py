@@ -237,8 +237,9 @@ class BatchedFunction:
     def _choose_strategy(self, key, args, dims, size):
         """The first call with these shapes: the batched program, and where
         it has grouped convolutions also the two task loops, each run with
-        its backward once to compile and up to 3 times timed; the fastest's
-        result is returned."""
+        its backward once to compile and up to 3 times timed (once when
+        clearly slower than the candidate it must beat: the compiled task
+        loop is timed first); the fastest's result is returned."""
         batched = self._program_for(args, dims)
         # The batched program's fusion cost check waits until it is kept (it
         # runs on the program's next call, below or at the caller's).
@@ -252,15 +253,20 @@ class BatchedFunction:
         inputs = [t for arg in args for t in _tree.leaves(arg)
                   if isinstance(t, torch.Tensor) and t.requires_grad]
 
-        def seconds(run):
-            return _cost_timing.seconds_of_call_and_backward(run, inputs)
+        def seconds(run, must_beat=None):
+            # Timing stops early once the candidate is clearly slower than
+            # `must_beat` (the rival's time divided by the candidate's margin).
+            give_up = None if must_beat is None else must_beat * _cost_timing.CLEARLY_SLOWER
+            return _cost_timing.seconds_of_call_and_backward(run, inputs, give_up_above=give_up)
 
-        with batched.fusion_checks_deferred():
-            batched_s = seconds(lambda: batched(*args))
+        # The one-task loop first: the others are timed against it.
         tasks_s = seconds(lambda: self._task_loop(args, dims, compiled=True))
-        calls_s = seconds(lambda: self._task_loop(args, dims, compiled=False))
+        calls_s = seconds(lambda: self._task_loop(args, dims, compiled=False),
+                          must_beat=tasks_s / _CALLS_MARGIN)
         loop, loop_s = (("calls", calls_s) if calls_s * _CALLS_MARGIN < tasks_s
                         else ("tasks", tasks_s))
+        with batched.fusion_checks_deferred():
+            batched_s = seconds(lambda: batched(*args), must_beat=loop_s * _TASKS_MARGIN)
         strategy = loop if loop_s * _TASKS_MARGIN < batched_s else "batched"
         record = {"strategy": strategy, "reason": "grouped convolutions, timed",
                   "batched_s": batched_s, "tasks_s": tasks_s, "calls_s": calls_s,
@@ -268,7 +274,9 @@ class BatchedFunction:
         if _parallel_tasks_apply(args, size):
             # More than one core: the one-task programs (compiled by the
             # timing above, on this thread) also in one chunk per thread.
-            parallel_s = seconds(lambda: self._parallel_tasks(args, dims, size))
+            parallel_s = seconds(lambda: self._parallel_tasks(args, dims, size),
+                                 must_beat=min(loop_s / _PARALLEL_MARGIN,
+                                               batched_s / _TASKS_MARGIN))
             record["parallel_tasks_s"] = parallel_s
             if parallel_s * _TASKS_MARGIN < batched_s and parallel_s * _PARALLEL_MARGIN < loop_s:
                 record["strategy"] = strategy = "parallel-tasks"
