@@ -51,5 +51,12 @@ inline c10::Symbol ScratchAttr() {
   static const c10::Symbol attr = c10::Symbol::attr("scratch");
   return attr;
 }
+// Attr `pool` = {kh, kw} (fuse_pool_epilogue.h): the group's one output is
+// max-pooled as it is computed and never materialized; the node's outputs
+// are that (unused) output, then the pooled values and their indices.
+inline c10::Symbol PoolAttr() {
+  static const c10::Symbol attr = c10::Symbol::attr("pool");
+  return attr;
+}
 
 }  // namespace metafuse::compiler

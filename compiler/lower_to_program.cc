@@ -271,10 +271,17 @@ class Lowering {
       }
       plan.scratch = group->hasAttribute(ScratchAttr()) ? group->i(ScratchAttr()) : 0;
     }
+    if (group->hasAttribute(PoolAttr())) {
+      plan.pool = group->is(PoolAttr());
+      TORCH_CHECK(plan.segments == 1 && plan.reductions.empty() && outputs_per_segment == 1 &&
+                      group->outputs().size() == 3,
+                  "metafuse lowering: inconsistent max-pool of fusion group ", fused.kernel.name);
+    }
     // Profiles show the kernel (and its segment count) instead of the node kind.
     *name = fused.kernel.name.substr(0, 14) +
             (plan.segments > 1 ? "[x" + std::to_string(plan.segments) + "]" : "") +
-            (plan.reductions.empty() ? "" : "+sum" + std::to_string(plan.reductions.size()));
+            (plan.reductions.empty() ? "" : "+sum" + std::to_string(plan.reductions.size())) +
+            (plan.pool.empty() ? "" : "+pool");
     code_.launches.push_back(std::move(plan));
     return static_cast<int64_t>(code_.launches.size()) - 1;
   }

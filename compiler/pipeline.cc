@@ -22,6 +22,7 @@
 #include "compiler/broadcast_expanded_operands.h"
 #include "compiler/cancel_transposes.h"
 #include "compiler/scatter_into_zeros.h"
+#include "compiler/fuse_pool_epilogue.h"
 #include "compiler/rank_one_products.h"
 #include "compiler/split_grouped_convolutions.h"
 #include "compiler/lower_optimizer_ops.h"
@@ -90,6 +91,7 @@ runtime::ProgramCode FuseAndLower(std::shared_ptr<Graph> graph, const std::strin
     report->horizontal_nodes = horizontal.merged_nodes;
     report->horizontal_segments = horizontal.segments;
     report->fused_reductions = vertical.reductions;
+    report->pooled_kernels = FusePoolEpilogues(graph);
     if (options.buffer_reuse) report->planned_reuses = PlanBuffers(graph);
     code = LowerToProgram(*graph, label, {.plain_reductions = true});
     runtime::LoadKernels(code);  // a kernel that does not compile falls back here

@@ -18,7 +18,8 @@
 //   prune       saved values the specialized backward does not read
 //   remat       rematerialization of cheap saved values
 //   matmul      products to direct GEMM calls
-//   fuse        vertical (chains) then horizontal (independent launches)
+//   fuse        vertical (chains) then horizontal (independent launches),
+//               max-pools into the kernel whose output they read
 //   plan        buffer reuse
 //   lower       graph -> program value (runtime/program_code.h), kernels
 //               printed for the host
@@ -81,6 +82,7 @@ struct SpecializationReport {
   int64_t horizontal_nodes = 0;      // merged launches
   int64_t horizontal_segments = 0;   // groups they absorbed
   int64_t fused_reductions = 0;      // sums / means run inside fused kernels
+  int64_t pooled_kernels = 0;        // max-pools run as their kernel computes its output
   int64_t merged_groups = 0;         // producer groups merged into their readers
   int64_t planned_reuses = 0;        // outputs that may take an input's buffer
   int64_t instructions = 0;          // of the specialized program

@@ -56,7 +56,8 @@ std::vector<bool> ReadByEveryOutput(const Node* group) {
 int64_t PlanBuffers(const std::shared_ptr<torch::jit::Graph>& graph) {
   int64_t planned = 0;
   for (Node* node : graph->nodes()) {
-    if (node->kind() != FusionGroupKind()) continue;
+    // A pooled group's output is never materialized (fuse_pool_epilogue.h).
+    if (node->kind() != FusionGroupKind() || node->hasAttribute(PoolAttr())) continue;
     const auto& sub = node->g(torch::jit::attr::Subgraph);
     const size_t nin = sub->inputs().size(), nout = sub->outputs().size();
     const int64_t segments = node->hasAttribute(SegmentsAttr()) ? node->i(SegmentsAttr()) : 1;

@@ -60,6 +60,7 @@ py::dict ReportDict(const SpecializationReport& r) {
   d["horizontal_nodes"] = r.horizontal_nodes;
   d["horizontal_segments"] = r.horizontal_segments;
   d["fused_reductions"] = r.fused_reductions;
+  d["pooled_kernels"] = r.pooled_kernels;
   d["merged_groups"] = r.merged_groups;
   d["planned_reuses"] = r.planned_reuses;
   d["instructions"] = r.instructions;

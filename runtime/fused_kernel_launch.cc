@@ -1,9 +1,11 @@
 #include "runtime/fused_kernel_launch.h"
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/DeviceGuard.h>
 
 #include "absl/container/inlined_vector.h"
@@ -14,6 +16,7 @@
 #include "runtime/jit_kernel.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/kernel_target.h"
+#include "runtime/max_pool.h"
 #include "runtime/reducing_launch.h"
 
 namespace metafuse::runtime {
@@ -302,6 +305,62 @@ void RunReducingOnHost(const Launch& l, torch::jit::Stack& stack, size_t base) {
   for (auto& sum : sums) stack.emplace_back(std::move(sum));
 }
 
+// The host launch of a kernel whose one output is max-pooled as it is
+// computed (LaunchPlan::pool): each thread computes a block of whole planes
+// into a buffer it keeps (cache-resident) and pools them from there, so the
+// output is never written to memory nor read back (a conv net's BatchNorm +
+// ReLU before max-pooling: 15 MB per query activation). Stack: an undefined
+// tensor for the output, then the pooled values and their indices.
+void RunPooledOnHost(const Launch& l, torch::jit::Stack& stack, size_t base) {
+  const LaunchPlan& p = l.plan;
+  absl::InlinedVector<at::Tensor, 2> keep;
+  absl::InlinedVector<const void*, 16> in_ptrs(l.num_kernel_inputs);
+  absl::InlinedVector<double, 4> scalars(l.num_scalars);
+  BindHostInputs(l, stack, base, /*any_layout=*/false, in_ptrs.data(), scalars.data(), &keep);
+  const std::vector<int64_t>& sizes = p.out_sizes[0];
+  const size_t dims = sizes.size();
+  const int64_t kh = p.pool[0], kw = p.pool[1];
+  const int64_t height = sizes[dims - 2], width = sizes[dims - 1];
+  const int64_t plane = height * width, planes = p.numel[0] / plane;
+  std::vector<int64_t> pooled = sizes;
+  pooled[dims - 2] = height / kh, pooled[dims - 1] = width / kw;
+  const int64_t pooled_plane = pooled[dims - 2] * pooled[dims - 1];
+  const bool is_float = p.output_dtypes[0] == at::kFloat;
+  at::Tensor values = at::empty(pooled, at::TensorOptions().dtype(p.output_dtypes[0]));
+  at::Tensor indices = at::empty(pooled, at::TensorOptions().dtype(at::kLong));
+  void* const out_base = values.data_ptr();
+  int64_t* const index_base = indices.data_ptr<int64_t>();
+  const size_t element = is_float ? sizeof(float) : sizeof(double);
+  // Planes per block: about 16K elements, in L1/L2 while they are pooled.
+  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 14) / plane);
+  JitKernel::Fn fn = l.kernel->function();
+  void* const* in = const_cast<void* const*>(in_ptrs.data());
+  at::parallel_for(0, planes, std::max<int64_t>(block, (int64_t{1} << 15) / plane),
+                   [&](int64_t begin, int64_t end) {
+    thread_local std::vector<double> buffer;  // doubles: room for either dtype
+    buffer.resize(static_cast<size_t>(block * plane));
+    for (int64_t p0 = begin; p0 < end; p0 += block) {
+      const int64_t p1 = std::min(end, p0 + block), b0 = p0 * plane;
+      // The kernel writes out[i] for i in [b0, b1): the buffer less b0 elements.
+      void* out = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(buffer.data()) -
+                                          static_cast<uintptr_t>(b0) * element);
+      fn(b0, p1 * plane, in, &out, scalars.data());
+      int64_t* index = index_base + p0 * pooled_plane;
+      if (is_float) {
+        MaxPoolPlanes(reinterpret_cast<const float*>(buffer.data()), p1 - p0, height, width, kh,
+                      kw, static_cast<float*>(out_base) + p0 * pooled_plane, index);
+      } else {
+        MaxPoolPlanes(buffer.data(), p1 - p0, height, width, kh, kw,
+                      static_cast<double*>(out_base) + p0 * pooled_plane, index);
+      }
+    }
+  });
+  stack.resize(base);
+  stack.emplace_back(at::Tensor());
+  stack.emplace_back(std::move(values));
+  stack.emplace_back(std::move(indices));
+}
+
 }  // namespace
 
 FusedKernelStats GetFusedKernelStats() {
@@ -369,6 +428,16 @@ torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const Launch
                    static_cast<size_t>(plan.scratch) <= launch->outputs_per_segment),
               "metafuse: launch plan of kernel ", code.name,
               ": reductions need one segment of a host kernel");
+  TORCH_CHECK(plan.pool.empty() ||
+                  (plan.pool.size() == 2 && plan.pool[0] >= 1 && plan.pool[1] >= 1 &&
+                   plan.segments == 1 && plan.reductions.empty() && code.cuda_source.empty() &&
+                   launch->outputs_per_segment == 1 && plan.out_sizes[0].size() >= 2 &&
+                   plan.out_sizes[0].end()[-2] >= plan.pool[0] &&
+                   plan.out_sizes[0].end()[-1] >= plan.pool[1] &&
+                   (plan.output_dtypes[0] == at::kFloat || plan.output_dtypes[0] == at::kDouble)),
+              "metafuse: launch plan of kernel ", code.name,
+              ": max-pooling needs one float32/float64 output of [..., H, W] planes at least the "
+              "window, in one segment of a host kernel without reductions");
 
   return [launch](torch::jit::Stack& stack) {
     const Launch& l = *launch;
@@ -382,6 +451,7 @@ torch::jit::Operation MakeFusedKernelLaunch(const KernelCode& code, const Launch
       if (*target == KernelTarget::kCuda) return RunOnCuda(l, stack, base, device);
     }
     if (!p.reductions.empty()) return RunReducingOnHost(l, stack, base);
+    if (!p.pool.empty()) return RunPooledOnHost(l, stack, base);
     // On the stack for the usual sizes: a launch is a few microseconds.
     absl::InlinedVector<at::Tensor, 8> outputs(l.outputs_per_segment * p.segments);
     absl::InlinedVector<at::Tensor, 2> keep;  // contiguous copies, alive until the launch ends

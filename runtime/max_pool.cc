@@ -179,6 +179,13 @@ void PoolPlanesBase(int64_t begin, int64_t end, const T* in, int64_t height, int
 }
 
 template <typename T>
+auto PlanesKernel() {
+  return BestIsa() == Isa::kAvx512 ? PoolPlanesAvx512<T>
+         : BestIsa() == Isa::kAvx2 ? PoolPlanesAvx2<T>
+                                   : PoolPlanesBase<T>;
+}
+
+template <typename T>
 void Pool(const at::Tensor& x, int64_t kh, int64_t kw, at::Tensor& values, at::Tensor& indices) {
   const int64_t height = x.size(-2), width = x.size(-1);
   const int64_t planes = x.numel() / (height * width);
@@ -186,9 +193,7 @@ void Pool(const at::Tensor& x, int64_t kh, int64_t kw, at::Tensor& values, at::T
   const T* in = x.data_ptr<T>();
   T* out = values.data_ptr<T>();
   int64_t* index = indices.data_ptr<int64_t>();
-  const auto run = BestIsa() == Isa::kAvx512 ? PoolPlanesAvx512<T>
-                   : BestIsa() == Isa::kAvx2 ? PoolPlanesAvx2<T>
-                                             : PoolPlanesBase<T>;
+  const auto run = PlanesKernel<T>();
   // Planes split over ATen's threads, at least ~32k input elements a chunk.
   const int64_t grain =
       std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, height * width));
@@ -244,6 +249,17 @@ std::tuple<at::Tensor, at::Tensor> MaxPool2dByPlanes(const at::Tensor& input,
     Pool<double>(x, k.first, k.second, values, indices);
   }
   return {values, indices};
+}
+
+void MaxPoolPlanes(const float* in, int64_t planes, int64_t height, int64_t width, int64_t kh,
+                   int64_t kw, float* out, int64_t* index) {
+  PlanesKernel<float>()(0, planes, in, height, width, height / kh, width / kw, kh, kw, out, index);
+}
+
+void MaxPoolPlanes(const double* in, int64_t planes, int64_t height, int64_t width, int64_t kh,
+                   int64_t kw, double* out, int64_t* index) {
+  PlanesKernel<double>()(0, planes, in, height, width, height / kh, width / kw, kh, kw, out,
+                         index);
 }
 
 torch::jit::Operation MakeMaxPoolOperation(torch::jit::Operation aten) {

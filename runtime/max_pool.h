@@ -33,6 +33,15 @@ bool PlaneMaxPoolApplies(const at::Tensor& input, at::IntArrayRef kernel, at::In
 std::tuple<at::Tensor, at::Tensor> MaxPool2dByPlanes(const at::Tensor& input,
                                                      at::IntArrayRef kernel);
 
+// The same pooling of `planes` contiguous [height, width] planes at `in`
+// into `out` and `index` (planes x (height / kh) x (width / kw) each), on
+// the calling thread: a fused kernel's launch pools the planes it has just
+// computed into its per-thread buffer (LaunchPlan::pool).
+void MaxPoolPlanes(const float* in, int64_t planes, int64_t height, int64_t width, int64_t kh,
+                   int64_t kw, float* out, int64_t* index);
+void MaxPoolPlanes(const double* in, int64_t planes, int64_t height, int64_t width, int64_t kh,
+                   int64_t kw, double* out, int64_t* index);
+
 torch::jit::Operation MakeMaxPoolOperation(torch::jit::Operation aten);
 
 }  // namespace metafuse::runtime

@@ -147,6 +147,10 @@ std::string Dump(const ProgramCode& code) {
       List(os, r.out_sizes);
     }
     if (l.scratch > 0) os << " scratch " << l.scratch;
+    if (!l.pool.empty()) {
+      os << " max_pool ";
+      List(os, l.pool);
+    }
     os << "\n";
   }
   for (size_t k = 0; k < code.gemms.size(); ++k) {

@@ -82,6 +82,13 @@ struct LaunchPlan {
   // The last `scratch` kernel outputs only feed the reductions: never
   // materialized (their instruction outputs are undefined tensors).
   int64_t scratch = 0;
+  // {kh, kw}: the kernel's one output, [..., H, W] planes, is max-pooled by
+  // kh x kw windows at stride kh x kw as it is computed (a block of planes
+  // at a time in a per-thread buffer), never materialized: the instruction's
+  // outputs are an undefined tensor, the pooled values and their int64
+  // indices (aten::max_pool2d_with_indices's; runtime/max_pool.h). One
+  // segment of a host kernel, no reductions. Empty: no pooling.
+  std::vector<int64_t> pool;
 };
 
 // C = op(A) op(B) (+ acc when `accumulate`: a third input).

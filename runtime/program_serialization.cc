@@ -14,7 +14,7 @@ using List = c10::impl::GenericList;
 constexpr const char* kMagic = "metafuse-program";
 // 2: wrapped-number flags; 3: kernels' host object code; 4: kernels' CUDA
 // source; 5: programs' C++/OpenMP shared objects
-constexpr int64_t kFormat = 6;  // 6: launches' reductions and scratch outputs
+constexpr int64_t kFormat = 7;  // 6: launches' reductions and scratch outputs; 7: pooled launches
 
 // ---- writing: every struct is a list of its fields, in declaration order.
 
@@ -79,6 +79,7 @@ IValue Write(const LaunchPlan& p) {
   }
   l.push_back(reductions);
   l.push_back(p.scratch);
+  l.push_back(Ints(p.pool));
   return l;
 }
 
@@ -298,6 +299,10 @@ LaunchPlan ReadLaunch(Reader& r) {
     return red;
   });
   p.scratch = r.Int("scratch");
+  p.pool = r.Ints("pool");
+  if (!p.pool.empty() && (p.pool.size() != 2 || p.pool[0] < 1 || p.pool[1] < 1)) {
+    throw Reader::Bad(r.Here() + ": expected an empty pool or {kh >= 1, kw >= 1}");
+  }
   return p;
 }
 

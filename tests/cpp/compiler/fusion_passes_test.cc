@@ -18,6 +18,7 @@
 
 #include "compiler/fuse_elementwise.h"
 #include "compiler/fuse_horizontal.h"
+#include "compiler/fuse_pool_epilogue.h"
 #include "runtime/fused_kernel_launch.h"
 #include "compiler/fusion_group.h"
 #include "compiler/lower_fusion_group.h"
@@ -870,6 +871,90 @@ TEST(ReductionEpilogues, LaunchPlansRoundTripThroughTheProgramFormat) {
   EXPECT_EQ(red[2].out_sizes, (std::vector<int64_t>{1, 3, 1, 1}));
   ExpectAllClose(Tensors(runtime::Program(loaded->forward).Run(inputs)),
                  RunPlain(f.original, inputs), 1e-12, 1e-13);
+}
+
+// ================================================================ FusePoolEpilogues
+
+// BatchNorm's affine and ReLU, then a 2x2 max-pool (odd sizes: the last
+// row and column are not pooled), as a conv net's layer.
+constexpr const char* kAffineReluPool = R"IR(
+graph(%x : Tensor, %scale : Tensor, %shift : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %zero : int = prim::Constant[value=0]()
+  %false : bool = prim::Constant[value=0]()
+  %two : int = prim::Constant[value=2]()
+  %k : int[] = prim::ListConstruct(%two, %two)
+  %none : int[] = prim::ListConstruct()
+  %pad : int[] = prim::ListConstruct(%zero, %zero)
+  %dil : int[] = prim::ListConstruct(%one, %one)
+  %a : Tensor = aten::mul(%x, %scale)
+  %b : Tensor = aten::add(%a, %shift, %one)
+  %r : Tensor = aten::relu(%b)
+  %v : Tensor, %i : Tensor = aten::max_pool2d_with_indices(%r, %k, %none, %pad, %dil, %false)
+  return (%v, %i)
+)IR";
+
+std::vector<c10::IValue> AffineReluPoolInputs(c10::ScalarType dtype) {
+  torch::manual_seed(31);
+  auto opts = torch::TensorOptions().dtype(dtype);
+  // Ties (ReLU zeros) in most windows: indices must follow ATen's first maximum.
+  return {torch::randn({3, 5, 9, 11}, opts), torch::randn({1, 5, 1, 1}, opts),
+          torch::randn({1, 5, 1, 1}, opts) - 1};
+}
+
+TEST(FusePoolEpilogues, AffineReluPoolRunsInTheKernelWithAtensValuesAndIndices) {
+  for (c10::ScalarType dtype : {at::kFloat, at::kDouble}) {
+    auto inputs = AffineReluPoolInputs(dtype);
+    Fused f = SpecializeAndFuse(kAffineReluPool, inputs);
+    ASSERT_EQ(FusePoolEpilogues(f.graph), 1) << *f.graph;
+    f.graph->lint();
+    const Node* g = OnlyGroup(*f.graph);
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g->is(PoolAttr()), (std::vector<int64_t>{2, 2}));
+    EXPECT_EQ(Count(*f.graph, "aten::max_pool2d_with_indices"), 0u) << *f.graph;
+    EXPECT_EQ(PlanBuffers(f.graph), 0);  // the pooled output is never a buffer
+    const auto got = RunFused(f.graph, inputs);
+    const auto want = RunPlain(f.original, inputs);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_TRUE(torch::equal(got[0], want[0])) << got[0] << want[0];
+    EXPECT_TRUE(torch::equal(got[1], want[1])) << got[1] << want[1];
+  }
+}
+
+TEST(FusePoolEpilogues, PoolsTheRuntimeKernelsDoNotComputeStayAsTheyAre) {
+  auto inputs = AffineReluPoolInputs(at::kFloat);
+  // Stride 1 (overlapping windows), and a ReLU output read by something else.
+  std::string strided = kAffineReluPool;
+  strided.replace(strided.find("%none, %pad"), 5, "%dil");
+  Fused f = SpecializeAndFuse(strided, inputs);
+  EXPECT_EQ(FusePoolEpilogues(f.graph), 0) << *f.graph;
+  std::string shared = kAffineReluPool;
+  shared.replace(shared.find("return (%v, %i)"), 15, "return (%v, %i, %r)");
+  Fused h = SpecializeAndFuse(shared, inputs);
+  EXPECT_EQ(FusePoolEpilogues(h.graph), 0) << *h.graph;
+  ExpectFusedMatchesPlain(h, inputs);
+}
+
+TEST(FusePoolEpilogues, PooledLaunchPlansRoundTripThroughTheProgramFormat) {
+  auto inputs = AffineReluPoolInputs(at::kFloat);
+  Fused f = SpecializeAndFuse(kAffineReluPool, inputs);
+  ASSERT_EQ(FusePoolEpilogues(f.graph), 1);
+  runtime::CompiledProgram value;
+  value.forward = LowerToProgram(*f.graph, "forward", {.plain_reductions = true});
+  value.backward = value.forward;
+  value.num_inputs = 3;
+  value.num_outputs = 2;
+  ASSERT_EQ(value.forward.launches.size(), 1u);
+  EXPECT_EQ(value.forward.launches[0].pool, (std::vector<int64_t>{2, 2}));
+  auto loaded = runtime::DeserializeProgram(runtime::SerializeProgram(value));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(runtime::Dump(*loaded), runtime::Dump(value));
+  EXPECT_NE(runtime::Dump(value).find(" max_pool [2, 2]"), std::string::npos)
+      << runtime::Dump(value);
+  const auto got = Tensors(runtime::Program(loaded->forward).Run(inputs));
+  const auto want = RunPlain(f.original, inputs);
+  EXPECT_TRUE(torch::equal(got[0], want[0]));
+  EXPECT_TRUE(torch::equal(got[1], want[1]));
 }
 
 // ================================================================ MergeFusionGroups

@@ -134,3 +134,9 @@ def test_pooled_relu_output_is_recomputed_not_saved():
     want = torch.autograd.grad(loss_fn(params, x, y), list(params.values()))
     for c, e in zip(got, want):
         torch.testing.assert_close(c, e, rtol=1e-10, atol=1e-10)
+    # With the ReLU output read by the pooling alone, the pooling runs in
+    # the BatchNorm-and-ReLU kernel (compiler/fuse_pool_epilogue.h): that
+    # activation is not even written.
+    [program] = compiled._compiled()
+    assert program.fusion_report()["forward"]["pooled_kernels"] == 1
+    torch.testing.assert_close(loss, loss_fn(params, x, y), rtol=1e-12, atol=0)
