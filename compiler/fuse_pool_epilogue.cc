@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "compiler/fusion_group.h"
+#include "compiler/ir_helpers.h"
 #include "compiler/specialize_shapes.h"
 
 namespace metafuse::compiler {
@@ -13,26 +14,14 @@ using torch::jit::Value;
 
 namespace {
 
-// A constant int list (or a list of constant ints) of one or two entries as
-// (h, w); an empty list gives
+// A constant int list of one or two entries as (h, w); an empty one gives
 // `fallback` (max_pool2d's stride defaults to the kernel).
-std::optional<std::pair<int64_t, int64_t>> PairOf(const Value* v,
-                                                  std::optional<std::pair<int64_t, int64_t>> fallback) {
-  std::vector<int64_t> xs;
-  if (v->node()->kind() == torch::jit::prim::ListConstruct) {  // of constants
-    for (const Value* item : v->node()->inputs()) {
-      auto x = torch::jit::toIValue(item);
-      if (!x || !x->isInt()) return std::nullopt;
-      xs.push_back(x->toInt());
-    }
-  } else {
-    auto value = torch::jit::toIValue(v);
-    if (!value || !value->isIntList()) return std::nullopt;
-    xs = value->toIntVector();
-  }
-  if (xs.empty()) return fallback;
-  if (xs.size() > 2) return std::nullopt;
-  return std::make_pair(xs[0], xs.size() > 1 ? xs[1] : xs[0]);
+std::optional<std::pair<int64_t, int64_t>> PairOf(
+    const Value* v, std::optional<std::pair<int64_t, int64_t>> fallback) {
+  const std::optional<std::vector<int64_t>> xs = ConstantIntList(v);
+  if (!xs || xs->size() > 2) return std::nullopt;
+  if (xs->empty()) return fallback;
+  return std::make_pair((*xs)[0], xs->back());
 }
 
 // {kh, kw} of a max_pool2d_with_indices the plane kernels compute, or none.
