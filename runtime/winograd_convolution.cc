@@ -166,6 +166,16 @@ struct Geometry {
   int images_per_block;    // images transformed and multiplied together
 };
 
+// Tile t of a block: its image in the block, and its row and column among
+// that image's tiles (every tile transform walks the block this way).
+struct TilePosition {
+  int img, ty, tx;
+};
+__attribute__((always_inline)) inline TilePosition TileAt(const Geometry& g, int t) {
+  const int per_image = g.tiles_h * g.tiles_w;
+  return {t / per_image, (t / g.tiles_w) % g.tiles_h, t % g.tiles_w};
+}
+
 // Per-thread scratch, grown as needed and kept (a program calls the same
 // shapes every step).
 struct Scratch {
@@ -296,9 +306,9 @@ template <int M>
 __attribute__((always_inline)) inline void InputTiles(const Geometry& g, int tiles, Scratch& s) {
   using T = Transform<M>;
   constexpr int kA = T::kAlpha;
-  const int C = g.c, H = g.h, W = g.w, per_image = g.tiles_h * g.tiles_w;
+  const int C = g.c, H = g.h, W = g.w;
   for (int t = 0; t < tiles; ++t) {
-    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
+    const auto [img, ty, tx] = TileAt(g, t);
     const int r0 = ty * M - g.pad_h, c0 = tx * M - g.pad_w;
     float* tmp = s.rows.data();
     for (int j = 0; j < kA; ++j) {  // along each column of the tile
@@ -333,10 +343,10 @@ __attribute__((always_inline)) inline void InputTiles(const Geometry& g, int til
 template <>
 __attribute__((always_inline)) inline void InputTiles<2>(const Geometry& g, int tiles,
                                                          Scratch& s) {
-  const int C = g.c, H = g.h, W = g.w, per_image = g.tiles_h * g.tiles_w;
+  const int C = g.c, H = g.h, W = g.w;
   const size_t point_stride = size_t(tiles) * C;
   for (int t = 0; t < tiles; ++t) {
-    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
+    const auto [img, ty, tx] = TileAt(g, t);
     const int r0 = ty * 2 - g.pad_h, c0 = tx * 2 - g.pad_w;
     const float* d[4][4];
     for (int i = 0; i < 4; ++i)
@@ -373,9 +383,9 @@ __attribute__((always_inline)) inline void OutputTiles(const Geometry& g, int ti
                                                        int cols, Scratch& s) {
   using T = Transform<M>;
   constexpr int kA = T::kAlpha;
-  const int K = g.k, per_image = g.tiles_h * g.tiles_w;
+  const int K = g.k;
   for (int t = 0; t < tiles; ++t) {
-    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
+    const auto [img, ty, tx] = TileAt(g, t);
     float* tmp = s.rows.data();
     for (int j = 0; j < kA; ++j) {
       const float* m[kA];
@@ -400,10 +410,10 @@ __attribute__((always_inline)) inline void OutputTiles(const Geometry& g, int ti
 template <>
 __attribute__((always_inline)) inline void OutputTiles<2>(const Geometry& g, int tiles, int rows,
                                                           int cols, Scratch& s) {
-  const int K = g.k, per_image = g.tiles_h * g.tiles_w;
+  const int K = g.k;
   const size_t point_stride = size_t(tiles) * K;
   for (int t = 0; t < tiles; ++t) {
-    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
+    const auto [img, ty, tx] = TileAt(g, t);
     const float* __restrict__ m = s.products.data() + size_t(t) * K;
     float* o[2][2];
     for (int i = 0; i < 2; ++i)
@@ -433,9 +443,9 @@ __attribute__((always_inline)) inline void GradientTiles(const Geometry& g, int 
                                                          int cols, Scratch& s) {
   using T = Transform<M>;
   constexpr int kA = T::kAlpha;
-  const int K = g.k, per_image = g.tiles_h * g.tiles_w;
+  const int K = g.k;
   for (int t = 0; t < tiles; ++t) {
-    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
+    const auto [img, ty, tx] = TileAt(g, t);
     float* tmp = s.rows.data();  // [alpha][M][K]
     for (int j = 0; j < M; ++j) {
       const float* d[M];
@@ -461,10 +471,10 @@ __attribute__((always_inline)) inline void GradientTiles(const Geometry& g, int 
 template <>
 __attribute__((always_inline)) inline void GradientTiles<2>(const Geometry& g, int tiles,
                                                             int rows, int cols, Scratch& s) {
-  const int K = g.k, per_image = g.tiles_h * g.tiles_w;
+  const int K = g.k;
   const size_t point_stride = size_t(tiles) * K;
   for (int t = 0; t < tiles; ++t) {
-    const int img = t / per_image, ty = (t / g.tiles_w) % g.tiles_h, tx = t % g.tiles_w;
+    const auto [img, ty, tx] = TileAt(g, t);
     const float* d[2][2];
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < 2; ++j)
