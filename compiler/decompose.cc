@@ -1,4 +1,6 @@
 #include "compiler/decompose.h"
+
+#include "compiler/decompose_rewrite.h"
 #include "compiler/ir_helpers.h"
 
 #include <algorithm>
@@ -15,7 +17,7 @@
 #include "compiler/primitives.h"
 
 namespace metafuse::compiler {
-namespace {
+namespace decompose_internal {
 
 using torch::jit::Graph;
 using torch::jit::Node;
@@ -179,41 +181,7 @@ Value* Convolution(Graph& g, Node* n) {
                  n->input(5)});
 }
 
-// Normalizes x over `dims` with the batch mean and biased variance:
-// (x - mean) / sqrt(mean((x - mean)^2) + eps).
-Value* NormalizeOver(Graph& g, Value* x, const std::vector<int64_t>& dims,
-                     double eps) {
-  Value* dims_value = g.insertConstant(dims);
-  Value* mean =
-      InsertOp(g, "aten::mean", {x, dims_value, g.insertConstant(true)});
-  Value* centered = InsertOp(g, "aten::sub", {x, mean});
-  Value* var = InsertOp(g, "aten::mean",
-                      {InsertOp(g, "aten::mul", {centered, centered}), dims_value,
-                       g.insertConstant(true)});
-  Value* std = InsertOp(g, "aten::sqrt",
-                      {InsertOp(g, "aten::add", {var, g.insertConstant(eps)})});
-  return InsertOp(g, "aten::div", {centered, std});
-}
 
-// layer_norm(x, normalized_shape, weight, bias, eps, cudnn): normalized
-// over the trailing len(normalized_shape) dims, then the elementwise affine.
-Value* LayerNorm(Graph& g, Node* n) {
-  const int64_t rank = TensorRank(n->input(0));
-  auto shape = ConstantIntList(n->input(1));
-  auto eps = ConstantOf(n->input(4));
-  if (rank < 1 || !shape || !eps || shape->empty() ||
-      static_cast<int64_t>(shape->size()) > rank) {
-    return Reject(
-        "an input of known rank, a constant normalized_shape and eps expected");
-  }
-  std::vector<int64_t> dims;
-  for (int64_t d = rank - static_cast<int64_t>(shape->size()); d < rank; ++d)
-    dims.push_back(d);
-  Value* out = NormalizeOver(g, n->input(0), dims, eps->toDouble());
-  if (!IsNone(n->input(2))) out = InsertOp(g, "aten::mul", {out, n->input(2)});
-  if (!IsNone(n->input(3))) out = InsertOp(g, "aten::add", {out, n->input(3)});
-  return out;
-}
 
 // softplus(x) = log(exp(0) + exp(x)) = logsumexp over a new leading dim of
 // [0 * x, x]: stable for any x, and its derivative (softmax weights) gives
@@ -233,60 +201,6 @@ Value* Softplus(Graph& g, Value* x, int64_t rank) {
                  g.insertConstant(false)});
 }
 
-// batch_norm(x, weight, bias, running_mean, running_var, training, momentum,
-// eps, cudnn): normalizes over every dim but 1. Training mode (or no running
-// statistics) uses the batch mean and the biased batch variance (mean of
-// squared deviations), as batch_norm does; eval mode uses the running
-// statistics as constants. The running-statistics update of training mode
-// is a side effect the compiled program does not perform (warned).
-Value* BatchNorm(Graph& g, Node* n) {
-  const int64_t rank = TensorRank(n->input(0));
-  auto training = ConstantOf(n->input(5));
-  auto eps = ConstantOf(n->input(7));
-  if (rank < 2 || !training || !eps) {
-    return Reject(
-        "an input of known rank >= 2 and constant `training` and `eps` "
-        "expected");
-  }
-  Value *x = n->input(0), *weight = n->input(1), *bias = n->input(2),
-        *running_mean = n->input(3), *running_var = n->input(4);
-  const bool batch_stats =
-      training->toBool() || IsNone(running_mean) || IsNone(running_var);
-  if (training->toBool() && (!IsNone(running_mean) || !IsNone(running_var))) {
-    TORCH_WARN(
-        "metafuse compiler: aten::batch_norm in training mode normalizes with "
-        "batch "
-        "statistics exactly as eager, but the compiled program does not update "
-        "running_mean/running_var (nor num_batches_tracked); update them "
-        "outside the "
-        "compiled call, or use track_running_stats=False, if you need them.");
-  }
-  std::vector<int64_t> dims = {0}, channel_shape(rank, 1);
-  for (int64_t d = 2; d < rank; ++d) dims.push_back(d);
-  channel_shape[1] = -1;
-  Value* shape = g.insertConstant(channel_shape);
-  Value* out;
-  if (batch_stats) {
-    out = NormalizeOver(g, x, dims, eps->toDouble());
-  } else {
-    Value* centered = InsertOp(
-        g, "aten::sub", {x, InsertOp(g, "aten::reshape", {running_mean, shape})});
-    Value* var = InsertOp(g, "aten::reshape", {running_var, shape});
-    Value* std = InsertOp(
-        g, "aten::sqrt",
-        {InsertOp(g, "aten::add", {var, g.insertConstant(eps->toDouble())})});
-    out = InsertOp(g, "aten::div", {centered, std});
-  }
-  if (!IsNone(weight)) {
-    out = InsertOp(g, "aten::mul",
-                 {out, InsertOp(g, "aten::reshape", {weight, shape})});
-  }
-  if (!IsNone(bias)) {
-    out = InsertOp(g, "aten::add",
-                 {out, InsertOp(g, "aten::reshape", {bias, shape})});
-  }
-  return out;
-}
 
 // max_pool2d(x, kernel, stride, padding, dilation, ceil_mode) -> values of
 // max_pool2d_with_indices (whose indices the derivative rule scatters to).
@@ -369,9 +283,6 @@ std::vector<Value*> ListElements(Value* list) {
   return {list->node()->inputs().begin(), list->node()->inputs().end()};
 }
 
-// Rewrites of multi-output ops: one replacement per output, or empty.
-using MultiRewrite = std::function<std::vector<Value*>(Graph&, Node*)>;
-
 // max.dim / min.dim (self, dim, keepdim) -> (values, indices): the index
 // from argmax/argmin (first occurrence, as max.dim) and the values gathered
 // there, so the gradient reaches that one element as eager's does.
@@ -389,9 +300,9 @@ std::vector<Value*> SelectAlongDim(Graph& g, Node* n, const char* arg_op) {
   return {values, index};
 }
 
-const std::unordered_map<std::string, MultiRewrite>& MultiRewrites() {
+const MultiRewriteTable& MultiRewrites() {
   static const auto* rewrites =
-      new std::unordered_map<std::string, MultiRewrite>{
+      new MultiRewriteTable{
           {"aten::max",
            [](Graph& g, Node* n) {
              return SelectAlongDim(g, n, "aten::argmax");
@@ -399,20 +310,6 @@ const std::unordered_map<std::string, MultiRewrite>& MultiRewrites() {
           {"aten::min",
            [](Graph& g, Node* n) {
              return SelectAlongDim(g, n, "aten::argmin");
-           }},
-          // (x, weight, bias, running_mean, running_var, training, momentum,
-          // eps) -> (out, save_mean, save_invstd), as functorch's batching
-          // rule for BatchNorm emits it (tasks folded into the channels): the
-          // output as batch_norm's; the saved statistics only when unread.
-          {"aten::native_batch_norm",
-           [](Graph& g, Node* n) -> std::vector<Value*> {
-             if (n->inputs().size() != 8 || n->output(1)->hasUses() ||
-                 n->output(2)->hasUses()) {
-               return {};
-             }
-             Value* out = BatchNorm(g, n);
-             if (out == nullptr) return {};
-             return {out, n->input(3), n->input(4)};
            }},
       };
   return *rewrites;
@@ -501,12 +398,46 @@ Value* Select(Graph& g, const char* cmp, Value* x, Value* y, Value* a,
   return InsertOp(g, "aten::where", {InsertOp(g, cmp, {x, y}), a, b});
 }
 
+std::optional<std::vector<int64_t>> StaticSizes(Value* v) {
+  auto type = v->type()->cast<c10::TensorType>();
+  auto sizes = type ? type->sizes().concrete_sizes() : c10::nullopt;
+  if (!sizes) return std::nullopt;
+  return *sizes;
+}
+
+Value* WithTypeOf(Value* v, Value* like) {
+  v->setType(like->type());
+  return v;
+}
+
+Value* SqrtZeroSafe(Graph& g, Value* s) {
+  Value* zero = Filled(g, s, 0.0);
+  Value* positive = InsertOp(g, "aten::gt", {s, zero});
+  Value* safe = InsertOp(g, "aten::where", {positive, s, Filled(g, s, 1.0)});
+  return InsertOp(g, "aten::where", {positive, InsertOp(g, "aten::sqrt", {safe}), zero});
+}
+
 // maximum / minimum with eager's tie rule (each operand gets half).
 Value* Extremum(Graph& g, Value* a, Value* b, bool max) {
   Value* mid = InsertOp(g, "aten::mul",
                       {InsertOp(g, "aten::add", {a, b}), g.insertConstant(0.5)});
   Value* inner = Select(g, max ? "aten::lt" : "aten::gt", a, b, b, mid);
   return Select(g, max ? "aten::gt" : "aten::lt", a, b, a, inner);
+}
+
+// hardtanh: lo below lo, hi above hi, with a zero gradient at the bounds
+// (eager's).
+Value* Hardtanh(Graph& g, Value* x, double lo, double hi) {
+  Value* upper = Select(g, "aten::ge", x, Filled(g, x, hi), Filled(g, x, hi), x);
+  return Select(g, "aten::le", x, Filled(g, x, lo), Filled(g, x, lo), upper);
+}
+
+// clamp to the given bounds, gradient 1 at the bounds (eager's).
+Value* Clamp(Graph& g, Value* x, std::optional<double> lo, std::optional<double> hi) {
+  Value* out = x;
+  if (hi) out = Select(g, "aten::gt", out, Filled(g, out, *hi), Filled(g, out, *hi), out);
+  if (lo) out = Select(g, "aten::lt", x, Filled(g, out, *lo), Filled(g, out, *lo), out);
+  return out;
 }
 
 // elu: x scale for x > 0, else alpha scale (exp(x input_scale) - 1); the
@@ -526,32 +457,14 @@ Value* Elu(Graph& g, Value* x, double alpha, double scale, double input_scale) {
                 neg_branch);
 }
 
-// Each rewrite returns the replacement value or nullptr when the node's
-// arguments are outside what the rewrite supports.
-using Rewrite = std::function<Value*(Graph&, Node*)>;
-
-Value* MeanSquared(Graph& g, Value* a, Value* b, int64_t reduction) {
-  Value* diff = InsertOp(g, "aten::sub", {a, b});
-  Value* sq = InsertOp(g, "aten::mul", {diff, diff});
-  if (reduction == 0) return sq;
-  return InsertOp(g, reduction == 1 ? "aten::mean" : "aten::sum", {sq});
-}
-
 Value* LogSoftmax(Graph& g, Value* x, int64_t dim) {
   Value* dims = g.insertConstant(std::vector<int64_t>{dim});
   Value* lse = InsertOp(g, "aten::logsumexp", {x, dims, g.insertConstant(true)});
   return InsertOp(g, "aten::sub", {x, lse});
 }
 
-Value* NegativeLogLikelihood(Graph& g, Value* log_probs, Value* target) {
-  Value* index = InsertOp(g, "aten::unsqueeze", {target, g.insertConstant(1)});
-  Value* picked =
-      InsertOp(g, "aten::gather", {log_probs, g.insertConstant(1), index});
-  return InsertOp(g, "aten::neg", {InsertOp(g, "aten::mean", {picked})});
-}
-
-const std::unordered_map<std::string, Rewrite>& Rewrites() {
-  static const auto* rewrites = new std::unordered_map<std::string, Rewrite>{
+const RewriteTable& Rewrites() {
+  static const auto* rewrites = new RewriteTable{
       {"aten::linear",  // N-D x: flattened to 2-D around the mm
        [](Graph& g, Node* n) -> Value* {
          const int64_t rank = TensorRank(n->input(0));
@@ -600,12 +513,6 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          return InsertOp(
              g, "aten::add",
              {InsertOp(g, "aten::mm", {n->input(1), n->input(2)}), n->input(0)});
-       }},
-      {"aten::mse_loss",
-       [](Graph& g, Node* n) -> Value* {
-         auto reduction = ConstantOf(n->input(2));
-         if (!reduction) return nullptr;
-         return MeanSquared(g, n->input(0), n->input(1), reduction->toInt());
        }},
       {"aten::square",
        [](Graph& g, Node* n) -> Value* {
@@ -661,30 +568,6 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          return InsertOp(g, "aten::exp",
                        {LogSoftmax(g, n->input(0), dim->toInt())});
        }},
-      {"aten::cross_entropy_loss",
-       [](Graph& g, Node* n) -> Value* {
-         // (input, target, weight, reduction, ignore_index, label_smoothing)
-         auto reduction = ConstantOf(n->input(3));
-         auto smoothing = ConstantOf(n->input(5));
-         if (TensorRank(n->input(0)) != 2 || TensorRank(n->input(1)) != 1 ||
-             n->input(2)->type()->kind() != c10::TypeKind::NoneType ||
-             !reduction || reduction->toInt() != 1 || !smoothing ||
-             smoothing->toDouble() != 0.0) {
-           return nullptr;
-         }
-         return NegativeLogLikelihood(g, LogSoftmax(g, n->input(0), 1),
-                                      n->input(1));
-       }},
-      {"aten::nll_loss",
-       [](Graph& g, Node* n) -> Value* {
-         auto reduction = ConstantOf(n->input(3));
-         if (TensorRank(n->input(0)) != 2 ||
-             n->input(2)->type()->kind() != c10::TypeKind::NoneType ||
-             !reduction || reduction->toInt() != 1) {
-           return nullptr;
-         }
-         return NegativeLogLikelihood(g, n->input(0), n->input(1));
-       }},
       {"aten::_convolution",
        [](Graph& g, Node* n) -> Value* { return Convolution(g, n); }},
       {"aten::convolution",
@@ -724,8 +607,6 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
          return Conv1dAs2d(g, n->input(0), n->input(1), n->input(2),
                            n->input(3), n->input(4), n->input(5), n->input(6));
        }},
-      {"aten::layer_norm",
-       [](Graph& g, Node* n) -> Value* { return LayerNorm(g, n); }},
       {"aten::cat",
        [](Graph& g, Node* n) -> Value* {
          auto dim = ConstantOf(n->input(1));
@@ -868,32 +749,79 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        [](Graph& g, Node* n) -> Value* {
          auto lo = ConstantNumber(n->input(1)), hi = ConstantNumber(n->input(2));
          if (!lo || !hi) return Reject("constant min_val/max_val expected");
-         Value* x = n->input(0);
-         Value* upper =
-             Select(g, "aten::ge", x, Filled(g, x, *hi), Filled(g, x, *hi), x);
-         return Select(g, "aten::le", x, Filled(g, x, *lo), Filled(g, x, *lo),
-                       upper);
+         return Hardtanh(g, n->input(0), *lo, *hi);
        }},
+      {"aten::relu6",  // hardtanh(x, 0, 6), as eager's
+       [](Graph& g, Node* n) -> Value* { return Hardtanh(g, n->input(0), 0.0, 6.0); }},
       {"aten::clamp",  // scalar bounds; gradient 1 at the bounds, as eager
        [](Graph& g, Node* n) -> Value* {
          if (n->input(1)->type()->kind() == c10::TypeKind::TensorType ||
              n->input(2)->type()->kind() == c10::TypeKind::TensorType) {
            return Reject("scalar bounds expected");
          }
-         Value* out = n->input(0);
-         if (!IsNone(n->input(2))) {
-           auto hi = ConstantNumber(n->input(2));
-           if (!hi) return Reject("constant bounds expected");
-           out = Select(g, "aten::gt", out, Filled(g, out, *hi),
-                        Filled(g, out, *hi), out);
+         std::optional<double> lo, hi;
+         if (!IsNone(n->input(1)) && !(lo = ConstantNumber(n->input(1))))
+           return Reject("constant bounds expected");
+         if (!IsNone(n->input(2)) && !(hi = ConstantNumber(n->input(2))))
+           return Reject("constant bounds expected");
+         return Clamp(g, n->input(0), lo, hi);
+       }},
+      {"aten::clamp_min",
+       [](Graph& g, Node* n) -> Value* {
+         auto lo = ConstantNumber(n->input(1));
+         if (!lo) return Reject("a constant scalar bound expected");
+         return Clamp(g, n->input(0), lo, std::nullopt);
+       }},
+      {"aten::clamp_max",
+       [](Graph& g, Node* n) -> Value* {
+         auto hi = ConstantNumber(n->input(1));
+         if (!hi) return Reject("a constant scalar bound expected");
+         return Clamp(g, n->input(0), std::nullopt, hi);
+       }},
+      {"aten::amin",  // (x, dim, keepdim) = -amax(-x): ties shared as eager
+       [](Graph& g, Node* n) -> Value* {
+         return InsertOp(g, "aten::neg",
+                         {InsertOp(g, "aten::amax",
+                                   {WithTypeOf(InsertOp(g, "aten::neg", {n->input(0)}), n->input(0)),
+                                    n->input(1), n->input(2)})});
+       }},
+      {"aten::expand_as",
+       [](Graph& g, Node* n) -> Value* {
+         auto sizes = StaticSizes(n->input(1));
+         if (!sizes) return Reject("an `other` of static shape expected");
+         return InsertOp(g, "aten::expand", {n->input(0), g.insertConstant(*sizes)});
+       }},
+      {"aten::numpy_T",  // x.T: the dims reversed
+       [](Graph& g, Node* n) -> Value* {
+         const int64_t rank = TensorRank(n->input(0));
+         if (rank < 0) return Reject("an input of known rank expected");
+         std::vector<int64_t> order;
+         for (int64_t d = rank - 1; d >= 0; --d) order.push_back(d);
+         return InsertOp(g, "aten::permute", {n->input(0), g.insertConstant(order)});
+       }},
+      {"aten::embedding",
+       // (weight, indices, padding_idx, scale_grad_by_freq, sparse): rows of
+       // weight gathered at the flattened indices (its gradient scatter-adds,
+       // as eager's dense backward)
+       [](Graph& g, Node* n) -> Value* {
+         auto padding = ConstantOf(n->input(2)), scale = ConstantOf(n->input(3));
+         auto weight = StaticSizes(n->input(0)), indices = StaticSizes(n->input(1));
+         if (!padding || !padding->isInt() || padding->toInt() != -1 || !scale ||
+             scale->toBool()) {
+           return Reject("no padding_idx and no scale_grad_by_freq expected");
          }
-         if (!IsNone(n->input(1))) {
-           auto lo = ConstantNumber(n->input(1));
-           if (!lo) return Reject("constant bounds expected");
-           out = Select(g, "aten::lt", n->input(0), Filled(g, out, *lo),
-                        Filled(g, out, *lo), out);
-         }
-         return out;
+         if (!weight || weight->size() != 2 || !indices)
+           return Reject("a 2-D weight and indices of static shape expected");
+         int64_t count = 1;
+         for (int64_t s : *indices) count *= s;
+         Value* flat = InsertOp(g, "aten::reshape",
+                                {n->input(1), g.insertConstant(std::vector<int64_t>{count, 1})});
+         Value* index = InsertOp(g, "aten::expand",
+                                 {flat, g.insertConstant(std::vector<int64_t>{count, (*weight)[1]})});
+         Value* rows = InsertOp(g, "aten::gather", {n->input(0), g.insertConstant(0), index});
+         std::vector<int64_t> shape = *indices;
+         shape.push_back((*weight)[1]);
+         return InsertOp(g, "aten::reshape", {rows, g.insertConstant(shape)});
        }},
       {"aten::maximum",
        [](Graph& g, Node* n) -> Value* {
@@ -905,8 +833,6 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
        }},
       {"aten::max_pool2d",
        [](Graph& g, Node* n) -> Value* { return MaxPool2d(g, n); }},
-      {"aten::batch_norm",
-       [](Graph& g, Node* n) -> Value* { return BatchNorm(g, n); }},
       {"aten::softplus",  // (x, beta, threshold): x where beta x > threshold
        [](Graph& g, Node* n) -> Value* {
          auto beta = ConstantOf(n->input(1)),
@@ -980,7 +906,20 @@ const std::unordered_map<std::string, Rewrite>& Rewrites() {
   return *rewrites;
 }
 
-}  // namespace
+// The rewrite for `name` in the first of `tables` that has one, or nullptr.
+template <typename Table>
+const typename Table::mapped_type* FindRewrite(const std::string& name,
+                                               std::initializer_list<const Table*> tables) {
+  for (const Table* table : tables) {
+    auto it = table->find(name);
+    if (it != table->end()) return &it->second;
+  }
+  return nullptr;
+}
+
+}  // namespace decompose_internal
+
+using namespace decompose_internal;  // NOLINT: the pass reads its own tables
 
 std::vector<std::string> DecomposeToPrimitives(
     const std::shared_ptr<Graph>& graph) {
@@ -1000,13 +939,14 @@ std::vector<std::string> DecomposeToPrimitives(
       continue;
     }
     if (node->outputs().size() > 1) {
-      auto multi = MultiRewrites().find(name);
+      const MultiRewrite* multi = FindRewrite(
+          name, {&MultiRewrites(), &NormalizationMultiRewrites()});
       std::vector<Value*> outs;
-      if (multi != MultiRewrites().end()) {
+      if (multi != nullptr) {
         WithInsertPoint guard(node);
         try {
-          outs = multi->second(*graph, node);
-        } catch (const c10::Error&) {
+          outs = (*multi)(*graph, node);
+        } catch (const std::exception&) {  // c10::Error or a schema mismatch
           outs.clear();
         }
       }
@@ -1015,21 +955,25 @@ std::vector<std::string> DecomposeToPrimitives(
         continue;
       }
       for (size_t i = 0; i < outs.size(); ++i) {
+        if (!node->output(i)->hasUses()) continue;  // (its replacement may be nullptr)
         outs[i]->setType(node->output(i)->type());
         node->output(i)->replaceAllUsesWith(outs[i]);
       }
       node->destroy();
       continue;
     }
-    auto it = Rewrites().find(name);
+    const Rewrite* rewrite =
+        FindRewrite(name, {&Rewrites(), &LossRewrites(), &NormalizationRewrites()});
     Value* replacement = nullptr;
     last_rejection.clear();
-    if (it != Rewrites().end() && node->outputs().size() == 1) {
+    if (rewrite != nullptr && node->outputs().size() == 1) {
       WithInsertPoint guard(node);
       try {
-        replacement = it->second(*graph, node);
+        replacement = (*rewrite)(*graph, node);
       } catch (const c10::Error& error) {  // an argument form it cannot write
         replacement = Reject(error.what_without_backtrace());
+      } catch (const std::exception& error) {  // e.g. no schema matches what it inserts
+        replacement = Reject(error.what());
       }
     }
     if (replacement == nullptr) {

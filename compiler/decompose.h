@@ -70,6 +70,12 @@
 //     clamp(x, lo, hi)     -> where(x < lo, lo, where(x > hi, hi, x))
 //     maximum / minimum / max(a, b) / min(a, b)
 //                          -> where(a > b, a, where(a < b, b, (a + b) / 2))
+//   relu6, clamp_min / clamp_max, amin, expand_as, x.T, embedding (gather)
+// Losses are rewritten by decompose_losses.cc (l1, smooth_l1, huber, nll,
+// cross_entropy with smoothing or probabilities, BCE with logits, kl_div),
+// normalizations and norms by decompose_normalization.cc (batch, layer,
+// group, instance norm and their native_* forms, var, std, vector norms);
+// decompose_rewrite.h holds what the three files share.
 // Returns the names of the ops it could neither keep nor rewrite (empty when
 // the whole graph is in the primitive set), each followed by what was
 // expected when a rewrite declined, e.g.

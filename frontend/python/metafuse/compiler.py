@@ -637,6 +637,13 @@ class CompiledFunction(_CompiledBase):
         for i, (spec, n) in enumerate(specs):
             if i in self.argnums:
                 differentiable.extend(range(k, k + n))
+            elif torch.is_grad_enabled() and any(t.requires_grad for t in flat[k:k + n]):
+                # Data by contract, but the caller may expect a gradient.
+                warnings.warn(f"{self._api}: argument {i} of {self._subject()} holds tensors "
+                              f"that require grad, but argnums is {self.argnums}: the "
+                              f"compiled function treats it as data and no gradient "
+                              f"reaches it (add {i} to argnums to differentiate it)",
+                              UserWarning, stacklevel=4)
             k += n
         differentiable.extend(range(k, k + len(extras)))
         # metafuse.grad runs eagerly while tracing: differentiable examples

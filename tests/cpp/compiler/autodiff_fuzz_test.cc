@@ -249,7 +249,7 @@ bool RandomOp(Builder& b) {
   const std::vector<int64_t> xs = b.Sizes(x);
   const int64_t rank = static_cast<int64_t>(xs.size());
   auto scalar = [&](double lo, double hi) { return b.Const(b.Real(lo, hi)); };
-  switch (b.Int(0, 47)) {
+  switch (b.Int(0, 50)) {
     // ---- elementwise unary
     case 0:
       return b.Emit("aten::neg", {x});
@@ -583,6 +583,143 @@ bool RandomOp(Builder& b) {
                         {x, other});
         }
       }
+    }
+    case 47: {  // elementwise losses against a pool value or a constant target
+      Value* y = b.Pick();
+      if (b.Sizes(y) != xs) return false;
+      Value* reduction = b.Const(int64_t{b.Int(0, 2)});
+      switch (b.Int(0, 3)) {
+        case 0:
+          return b.Emit("aten::l1_loss", {x, y, reduction});
+        case 1:
+          return b.Emit("aten::smooth_l1_loss",
+                        {x, y, reduction, b.Const(b.Coin() ? 0.3 : 0.7)});
+        case 2:
+          return b.Emit("aten::huber_loss", {x, y, reduction, b.Const(0.6)});
+        default: {  // logits, maybe exact zeros (where softplus's kink would be)
+          Value* logits = b.Coin(0.3) ? b.Emit("aten::relu", {x}, false) : x;
+          Value* weight = b.Coin() ? b.Const(c10::IValue()) : y;
+          Value* pos_weight =
+              b.Coin() || rank == 0
+                  ? b.Const(c10::IValue())
+                  : b.Const(torch::rand({xs.back()}, torch::kDouble) + 0.5);
+          return b.Emit("aten::binary_cross_entropy_with_logits",
+                        {logits, b.Const(torch::rand(xs, torch::kDouble)), weight,
+                         pos_weight, reduction});
+        }
+      }
+    }
+    case 48: {  // classification losses over dim 1
+      if (rank < 2) return false;
+      Value* reduction = b.Const(int64_t{b.Int(0, 2)});
+      std::vector<int64_t> target_shape = xs;
+      target_shape.erase(target_shape.begin() + 1);
+      Value* none = b.Const(c10::IValue());
+      switch (b.Int(0, 3)) {
+        case 0:  // class indices, maybe smoothed
+          return b.Emit("aten::cross_entropy_loss",
+                        {x, b.Const(torch::randint(0, xs[1], target_shape, torch::kLong)),
+                         none, reduction, b.Const(int64_t{-100}),
+                         b.Const(b.Coin() ? 0.0 : 0.2)});
+        case 1: {  // probabilities (a pool value's softmax: differentiated too)
+          Value* y = b.Pick();
+          if (b.Sizes(y) != xs) return false;
+          Value* probs = b.Emit("aten::softmax", {y, b.Const(1), none}, false);
+          return b.Emit("aten::cross_entropy_loss",
+                        {x, probs, none, reduction, b.Const(int64_t{-100}),
+                         b.Const(b.Coin() ? 0.0 : 0.1)});
+        }
+        case 2: {
+          Value* log_probs = b.Emit("aten::log_softmax", {x, b.Const(1), none}, false);
+          return b.Emit(b.Coin() ? "aten::nll_loss_nd" : "aten::nll_loss",
+                        {log_probs,
+                         b.Const(torch::randint(0, xs[1], target_shape, torch::kLong)), none,
+                         reduction, b.Const(int64_t{-100})});
+        }
+        default: {  // KL divergence to a pool value's probabilities, or log ones
+          Value* y = b.Pick();
+          if (b.Sizes(y) != xs) return false;
+          const bool log_target = b.Coin();
+          Value* target =
+              log_target ? b.Emit("aten::log_softmax", {y, b.Const(1), none}, false)
+                         : b.Emit("aten::relu", {b.Emit("aten::tanh", {y}, false)}, false);
+          torch::jit::NamedValue log_target_arg("log_target", b.Const(log_target));
+          return b.EmitKw("aten::kl_div",
+                          {b.Emit("aten::log_softmax", {x, b.Const(1), none}, false), target,
+                           reduction},
+                          {log_target_arg});
+        }
+      }
+    }
+    case 49: {  // normalizations and norms
+      Value* none = b.Const(c10::IValue());
+      switch (b.Int(0, 4)) {
+        case 0: {  // group norm over 1 or 2 groups, or instance norm
+          if (rank < 3) return false;
+          int64_t positions = 1;  // (one position normalizes to rounding noise)
+          for (int64_t d = 2; d < rank; ++d) positions *= xs[d];
+          if (positions < 2) return false;
+          if (b.Coin()) {
+            return b.Emit("aten::instance_norm",
+                          {x, b.Coin() ? none : b.AddInput(torch::randn({xs[1]})), none,
+                           none, none, b.Const(true), b.Const(0.1), b.Const(1e-5),
+                           b.Const(false)});
+          }
+          const int64_t groups = xs[1] % 2 == 0 ? b.Int(1, 2) : 1;
+          return b.Emit("aten::group_norm",
+                        {x, b.Const(groups), b.AddInput(torch::randn({xs[1]})),
+                         b.Coin() ? none : b.AddInput(torch::randn({xs[1]})), b.Const(1e-5),
+                         b.Const(false)});
+        }
+        case 1: {  // var / std over some dims
+          if (rank == 0) return false;
+          std::vector<int64_t> dims = RandomDims(b, rank);
+          int64_t count = 1;
+          for (int64_t d : dims) count *= xs[d < 0 ? d + rank : d];
+          if (count < 2) return false;
+          return b.Emit(b.Coin() ? "aten::var" : "aten::std",
+                        {x, b.Ints(dims), b.Const(b.Coin()), b.Const(b.Coin())});
+        }
+        case 2: {  // vector norms, zero vectors included
+          if (rank == 0) return false;
+          Value* in = b.Coin(0.3) ? b.Emit("aten::relu", {x}, false) : x;
+          const double ord = std::vector<double>{2.0, 1.0, INFINITY}[b.Int(0, 2)];
+          if (b.Coin()) {
+            return b.Emit("aten::linalg_vector_norm",
+                          {in, b.Const(ord), b.Ints(RandomDims(b, rank)), b.Const(b.Coin())});
+          }
+          return b.Emit("aten::norm", {in, b.Const(2.0), b.Ints(RandomDims(b, rank)),
+                                       b.Const(b.Coin())});
+        }
+        case 3: {  // the layer norm functorch's batching rule emits
+          if (rank == 0) return false;
+          std::vector<int64_t> shape(xs.end() - b.Int(1, std::min<int64_t>(2, rank)), xs.end());
+          return b.EmitFirstOf("aten::native_layer_norm",
+                               {x, b.Const(shape), b.AddInput(torch::randn(shape)),
+                                b.AddInput(torch::randn(shape)), b.Const(1e-5)},
+                               3) != nullptr;
+        }
+        default: {  // relu6 at both bounds, amin, one-sided clamps
+          Value* in = b.Emit("aten::mul", {x, b.Const(6.0)}, false);
+          switch (b.Int(0, 3)) {
+            case 0:
+              return b.Emit("aten::relu6", {b.Emit("aten::relu", {in}, false)});
+            case 1:
+              if (rank == 0) return false;
+              return b.Emit("aten::amin", {x, b.Ints(RandomDims(b, rank)), b.Const(b.Coin())});
+            case 2:
+              return b.Emit("aten::clamp_min", {x, b.Const(0.1)});
+            default:
+              return b.Emit("aten::clamp_max", {x, b.Const(-0.1)});
+          }
+        }
+      }
+    }
+    case 50: {  // embedding rows of a 2-D pool value
+      if (rank != 2) return false;
+      return b.Emit("aten::embedding",
+                    {x, b.Const(torch::randint(0, xs[0], {b.Int(1, 3), b.Int(1, 4)}, torch::kLong)),
+                     b.Const(int64_t{-1}), b.Const(false), b.Const(false)});
     }
     case 45: {  // max.dim / min.dim values (indices are not differentiable)
       if (rank == 0) return false;
@@ -988,7 +1125,18 @@ TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
                          "aten::hardtanh",    "aten::clamp",
                          "aten::erf",         "aten::maximum",
                          "aten::minimum",     "aten::pow",
-                         "aten::sqrt",        "aten::log"}) {
+                         "aten::sqrt",        "aten::log",
+                         "aten::l1_loss",     "aten::smooth_l1_loss",
+                         "aten::huber_loss",  "aten::binary_cross_entropy_with_logits",
+                         "aten::cross_entropy_loss", "aten::nll_loss",
+                         "aten::nll_loss_nd", "aten::kl_div",
+                         "aten::group_norm",  "aten::instance_norm",
+                         "aten::var",         "aten::std",
+                         "aten::linalg_vector_norm", "aten::norm",
+                         "aten::native_layer_norm",
+                         "aten::relu6",       "aten::amin",
+                         "aten::clamp_min",   "aten::clamp_max",
+                         "aten::embedding"}) {
     EXPECT_GT(stats.source_ops[op], 0) << op << " was never generated";
   }
 }

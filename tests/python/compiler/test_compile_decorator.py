@@ -152,3 +152,14 @@ def test_unsupported_op_is_a_runtime_error_subclass_from_the_extension():
     from metafuse import _C
     assert issubclass(_C._compiler.UnsupportedOp, RuntimeError)
     assert _C._compiler.UnsupportedOp.__module__.startswith("metafuse")
+
+
+def test_a_data_argument_that_requires_grad_is_warned_and_stays_data():
+    w = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    fn = mf.compile(lambda w, x: (w * x).sum())
+    with pytest.warns(UserWarning, match=r"argument 1 of .* argnums is \(0,\)"):
+        out = fn(w, x)
+    gw, gx = torch.autograd.grad(out, (w, x), allow_unused=True)
+    torch.testing.assert_close(gw, x.detach())
+    assert gx is None
