@@ -61,6 +61,10 @@ torch::jit::Value* Softplus(torch::jit::Graph& g, torch::jit::Value* x, int64_t 
 // (x - mean) / sqrt(mean((x - mean)^2) + eps) over `dims`.
 torch::jit::Value* NormalizeOver(torch::jit::Graph& g, torch::jit::Value* x,
                                  const std::vector<int64_t>& dims, double eps);
+// x[..., begin:end, ...] along `dim` of a static-shape x: constant_pad_nd
+// with negative pads (a copy, not a view; its derivative pads back).
+torch::jit::Value* Crop(torch::jit::Graph& g, torch::jit::Value* x, int64_t dim, int64_t begin,
+                        int64_t end);
 // sqrt(s) for s >= 0 whose derivative is 0 where s is 0 (eager's norm and
 // std backward mask that point instead of dividing by zero).
 torch::jit::Value* SqrtZeroSafe(torch::jit::Graph& g, torch::jit::Value* s);

@@ -30,6 +30,7 @@
 #include "compiler/plan_buffers.h"
 #include "compiler/rematerialize.h"
 #include "compiler/specialize_shapes.h"
+#include "compiler/split_chunks.h"
 #include "runtime/fused_kernel_launch.h"
 
 namespace metafuse::compiler {
@@ -46,6 +47,7 @@ double SecondsSince(Clock::time_point start) {
 void Prepare(const std::shared_ptr<Graph>& graph, StageLog* log) {
   torch::jit::Inline(*graph);
   torch::jit::LowerAllTuples(graph);  // a tuple of results -> one output each
+  SplitChunksIntoCrops(graph);  // copies, not views: their in-place ops can go
   torch::jit::RemoveTensorMutation(graph);
   if (log) log->Record("captured", *graph);
   LowerOptimizerOps(graph);

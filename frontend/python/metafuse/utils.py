@@ -8,6 +8,7 @@ from collections import OrderedDict, namedtuple
 import torch
 
 from metafuse import tree as _tree
+from metafuse._recurrent_weights import sync_flat_weights
 from metafuse.optim.meta import MetaOptimizer
 
 class ModuleState(namedtuple("ModuleState", ["params", "buffers",
@@ -142,6 +143,7 @@ def recover_state_dict(target, state):
                                f"named {sorted(unknown)[0]!r} where the "
                                "snapshot has one")
             container.update(saved)
+    sync_flat_weights(target.modules())
 
 
 def _stop(tensors):
@@ -239,11 +241,14 @@ def functional_call(module, params, *args, **kwargs):
             raise KeyError(f"functional_call: the module has no parameter {name!r}")
         slots.append((owner, attr, owner._parameters[attr]))
         owner._parameters[attr] = value
+    recurrent = [owner for owner, _, _ in slots if "_flat_weights_names" in owner.__dict__]
+    sync_flat_weights(recurrent)
     try:
         return module(*args, **kwargs)
     finally:
         for owner, attr, original in slots:
             owner._parameters[attr] = original
+        sync_flat_weights(recurrent)
 
 
 __all__ = ["ModuleState", "stop_gradient", "extract_state_dict",

@@ -14,6 +14,8 @@ import torch
 import metafuse as mf
 from metafuse.compiler import CompilationFallbackWarning
 
+from meta_checks import assert_same_losses_and_meta_gradients
+
 F = torch.nn.functional
 F64 = torch.float64
 
@@ -148,7 +150,4 @@ def test_normalized_nets_compile_inside_vmap(layer):
                          in_dims=(None, 0, 0, 0, 0))(params, xs, ys, xq, yq)
     expected = torch.stack([loss_fn(adapt._eager(params, (xs[t], ys[t])), xq[t], yq[t])
                             for t in range(3)])
-    torch.testing.assert_close(losses, expected, rtol=1e-10, atol=1e-12)
-    for a, b in zip(torch.autograd.grad(losses.sum(), list(params.values())),
-                    torch.autograd.grad(expected.sum(), list(params.values()))):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert_same_losses_and_meta_gradients(losses, expected, params)

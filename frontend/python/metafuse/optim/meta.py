@@ -18,6 +18,7 @@ its own state; ``state_dict()`` is the tuple of the groups' states.
 
 import torch
 
+from metafuse._recurrent_weights import sync_flat_weights
 from metafuse.base import GradientTransformation, apply_updates
 from metafuse.optim import _factory
 
@@ -113,6 +114,7 @@ class MetaOptimizer:
                 # Parameters under a parameter's name: the new tensor carries
                 # the graph.
                 owner._parameters[attr] = p
+            sync_flat_weights(owner for _, owner, _ in slots)
 
     def state_dict(self):
         """The optimizer state: a tuple with one state per param group."""
