@@ -91,6 +91,9 @@ c10::optional<std::vector<int64_t>> MovedimPermutation(Node* n) {
 // arguments: the tensor itself, a constant of the graph.
 Value* ConstantFilled(Graph& g, Node* n, double value) {
   auto sizes = ConstantIntList(n->input(0));
+  // Sizes read from a tensor while tracing (nn.GRU's initial state): the
+  // traced output's static shape, which the program's guard fixes.
+  if (!sizes) sizes = StaticSizes(n->output());
   auto dtype = ConstantOf(n->input(1));
   auto device = ConstantOf(n->input(3));
   if (!sizes || !dtype || !device || !dtype->isInt() || !device->isDevice() ||
@@ -940,18 +943,20 @@ std::vector<std::string> DecomposeToPrimitives(
     }
     if (node->outputs().size() > 1) {
       const MultiRewrite* multi = FindRewrite(
-          name, {&MultiRewrites(), &NormalizationMultiRewrites()});
+          name, {&MultiRewrites(), &NormalizationMultiRewrites(), &RecurrentMultiRewrites()});
       std::vector<Value*> outs;
+      last_rejection.clear();
       if (multi != nullptr) {
         WithInsertPoint guard(node);
         try {
           outs = (*multi)(*graph, node);
-        } catch (const std::exception&) {  // c10::Error or a schema mismatch
+        } catch (const std::exception& error) {  // c10::Error or a schema mismatch
           outs.clear();
+          Reject(error.what());
         }
       }
       if (outs.size() != node->outputs().size()) {
-        unsupported.insert(name);
+        unsupported.insert(last_rejection.empty() ? name : name + " (" + last_rejection + ")");
         continue;
       }
       for (size_t i = 0; i < outs.size(); ++i) {

@@ -74,7 +74,9 @@
 // Losses are rewritten by decompose_losses.cc (l1, smooth_l1, huber, nll,
 // cross_entropy with smoothing or probabilities, BCE with logits, kl_div),
 // normalizations and norms by decompose_normalization.cc (batch, layer,
-// group, instance norm and their native_* forms, var, std, vector norms);
+// group, instance norm and their native_* forms, var, std, vector norms),
+// recurrent layers by decompose_recurrent.cc (rnn_tanh, rnn_relu, gru, lstm
+// unrolled into cells);
 // decompose_rewrite.h holds what the three files share.
 // Returns the names of the ops it could neither keep nor rewrite (empty when
 // the whole graph is in the primitive set), each followed by what was

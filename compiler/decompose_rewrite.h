@@ -32,6 +32,7 @@ const MultiRewriteTable& MultiRewrites();    // decompose.cc
 const RewriteTable& LossRewrites();          // decompose_losses.cc
 const RewriteTable& NormalizationRewrites();  // decompose_normalization.cc
 const MultiRewriteTable& NormalizationMultiRewrites();
+const MultiRewriteTable& RecurrentMultiRewrites();    // decompose_recurrent.cc
 
 // Records why a rewrite declined (shown with the op's name); returns nullptr.
 torch::jit::Value* Reject(const std::string& why);
@@ -65,6 +66,11 @@ torch::jit::Value* NormalizeOver(torch::jit::Graph& g, torch::jit::Value* x,
 // with negative pads (a copy, not a view; its derivative pads back).
 torch::jit::Value* Crop(torch::jit::Graph& g, torch::jit::Value* x, int64_t dim, int64_t begin,
                         int64_t end);
+// The tensors of a list built in the graph (prim::ListConstruct), or empty.
+std::vector<torch::jit::Value*> ListElements(torch::jit::Value* list);
+// cat(pieces, dim) of static-shape pieces, without a tensor list.
+torch::jit::Value* Concatenate(torch::jit::Graph& g, const std::vector<torch::jit::Value*>& pieces,
+                               int64_t dim);
 // sqrt(s) for s >= 0 whose derivative is 0 where s is 0 (eager's norm and
 // std backward mask that point instead of dividing by zero).
 torch::jit::Value* SqrtZeroSafe(torch::jit::Graph& g, torch::jit::Value* s);

@@ -157,6 +157,7 @@ class BatchedFunction:
         self._closure_owner = getattr(fn, "loss_fn", fn)
         self._programs = {}  # (in_dims, args that require grad) -> CompiledFunction
         self._loop_reason = None  # why functorch could not batch fn, once known
+        self._unbatchable = False  # functorch failed while a batched program traced
         self._strategies = {}  # (program key, shapes) -> the cost check's record
         self._task_programs = {}  # program key -> CompiledFunction of fn for one task
         self._scalar_tasks = {}  # program key -> False once a task returned no single scalar
@@ -390,20 +391,28 @@ class BatchedFunction:
                                       randomness=self.randomness)(*expanded)
             except (RuntimeError, ValueError, TypeError) as exc:
                 if torch._C._get_tracing_state() is not None:
-                    raise  # compile falls back to this function, run eagerly
+                    # compile falls back to this function, run eagerly,
+                    # which warns once from _loop
+                    self._unbatchable = True
+                    raise
                 return self._loop(args, dims, exc)
 
         return CompiledFunction(batched, argnums, closure_owner=self._closure_owner,
-                                tracing_context=_batched_tensors.untraced_sizes)
+                                tracing_context=_batched_tensors.untraced_sizes,
+                                quiet_fallback=lambda reason: self._unbatchable)
 
     def _loop(self, args, dims, exc):
-        """What functorch cannot batch runs task after task (stacked)."""
+        """What functorch cannot batch (torch 1.13 has no batching rule for
+        nn.GRU's aten::gru, say) runs task after task, each task compiled
+        (the cost check's "tasks" loop; a function that does not compile
+        for one task either runs as written)."""
         if self._loop_reason is None:
             self._loop_reason = str(exc).strip().splitlines()[0]
             warnings.warn(f"metafuse.vmap: functorch cannot batch {self._subject()} "
-                          f"({self._loop_reason}); running it as a loop over the tasks",
+                          f"({self._loop_reason}); running it as a loop over the tasks, "
+                          "each compiled for one task",
                           CompilationFallbackWarning, stacklevel=4)
-        return self._each_task(self.fn, args, dims)
+        return self._task_loop(args, dims, compiled=True)
 
     def _each_task(self, fn, args, dims):
         """``fn`` on each task's slice of the mapped arguments, outputs

@@ -250,6 +250,9 @@ class _CompiledBase:
                 for entry in self._programs.values() if not isinstance(entry, str)]
 
     def _fallback(self, reason):
+        quiet = getattr(self, "_quiet_fallback", None)
+        if quiet is not None and quiet(reason):
+            return reason  # the caller says it once, in its own words
         warnings.warn(f"{self._api}: {reason}; running {self._subject()} eagerly "
                       "(same results, not compiled)", CompilationFallbackWarning,
                       stacklevel=4)
@@ -525,10 +528,14 @@ class CompiledFunction(_CompiledBase):
 
     _api = "metafuse.compile"
 
-    def __init__(self, fn, argnums, *, closure_owner=None, tracing_context=None):
+    def __init__(self, fn, argnums, *, closure_owner=None, tracing_context=None,
+                 quiet_fallback=None):
         super().__init__()
         self.fn = fn
         self.argnums = argnums
+        # reason -> True where the caller warns about this fallback itself
+        # (metafuse.vmap, when functorch cannot batch the function).
+        self._quiet_fallback = quiet_fallback
         # Whose closed-over tensors become inputs (metafuse.vmap compiles a
         # wrapper around the user's function), and what the trace runs under.
         self._closure_owner = fn if closure_owner is None else closure_owner

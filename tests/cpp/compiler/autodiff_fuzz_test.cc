@@ -243,13 +243,19 @@ std::vector<int64_t> RandomDims(Builder& b, int64_t rank,
   return dims;
 }
 
+int64_t Count(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
 // One random op on the pool; false when its preconditions did not hold.
 bool RandomOp(Builder& b) {
   Value* x = b.Pick();
   const std::vector<int64_t> xs = b.Sizes(x);
   const int64_t rank = static_cast<int64_t>(xs.size());
   auto scalar = [&](double lo, double hi) { return b.Const(b.Real(lo, hi)); };
-  switch (b.Int(0, 50)) {
+  switch (b.Int(0, 51)) {
     // ---- elementwise unary
     case 0:
       return b.Emit("aten::neg", {x});
@@ -517,6 +523,7 @@ bool RandomOp(Builder& b) {
       }
       if (b.Coin()) {  // layer norm over the trailing 1 or 2 dims
         std::vector<int64_t> shape(xs.end() - b.Int(1, 2), xs.end());
+        if (Count(shape) < 2) return false;  // one element normalizes to rounding noise
         return b.Emit("aten::layer_norm",
                       {x, b.Ints(shape), b.Const(c10::IValue()),
                        b.Const(c10::IValue()), b.Const(1e-5), b.Const(false)});
@@ -656,9 +663,7 @@ bool RandomOp(Builder& b) {
       switch (b.Int(0, 4)) {
         case 0: {  // group norm over 1 or 2 groups, or instance norm
           if (rank < 3) return false;
-          int64_t positions = 1;  // (one position normalizes to rounding noise)
-          for (int64_t d = 2; d < rank; ++d) positions *= xs[d];
-          if (positions < 2) return false;
+          if (Count({xs.begin() + 2, xs.end()}) < 2) return false;
           if (b.Coin()) {
             return b.Emit("aten::instance_norm",
                           {x, b.Coin() ? none : b.AddInput(torch::randn({xs[1]})), none,
@@ -694,6 +699,7 @@ bool RandomOp(Builder& b) {
         case 3: {  // the layer norm functorch's batching rule emits
           if (rank == 0) return false;
           std::vector<int64_t> shape(xs.end() - b.Int(1, std::min<int64_t>(2, rank)), xs.end());
+          if (Count(shape) < 2) return false;
           return b.EmitFirstOf("aten::native_layer_norm",
                                {x, b.Const(shape), b.AddInput(torch::randn(shape)),
                                 b.AddInput(torch::randn(shape)), b.Const(1e-5)},
@@ -714,6 +720,32 @@ bool RandomOp(Builder& b) {
           }
         }
       }
+    }
+    case 51: {  // a recurrent layer over a [T, B, F] pool value (or [B, T, F])
+      if (rank != 3 || xs[2] > 4) return false;
+      const int64_t kind = b.Int(0, 3), layers = b.Int(1, 2), hidden = b.Int(1, 3);
+      const bool bias = b.Coin(0.7), batch_first = b.Coin();
+      const int64_t gates = kind == 2 ? 3 : kind == 3 ? 4 : 1;
+      const int64_t batch = xs[batch_first ? 0 : 1];
+      std::vector<Value*> weights;
+      for (int64_t l = 0; l < layers; ++l) {
+        const int64_t in = l == 0 ? xs[2] : hidden;
+        weights.push_back(b.AddInput(torch::randn({gates * hidden, in}) * 0.5));
+        weights.push_back(b.AddInput(torch::randn({gates * hidden, hidden}) * 0.5));
+        if (bias) {
+          weights.push_back(b.AddInput(torch::randn({gates * hidden}) * 0.5));
+          weights.push_back(b.AddInput(torch::randn({gates * hidden}) * 0.5));
+        }
+      }
+      Value* h0 = b.AddInput(torch::randn({layers, batch, hidden}));
+      Value* hx = h0;
+      if (kind == 3) hx = b.List({h0, b.AddInput(torch::randn({layers, batch, hidden}))});
+      const char* op = std::vector<const char*>{"aten::rnn_tanh", "aten::rnn_relu", "aten::gru",
+                                                "aten::lstm"}[kind];
+      return b.EmitFirstOf(op,
+                           {x, hx, b.List(weights), b.Const(bias), b.Const(layers), b.Const(0.0),
+                            b.Const(true), b.Const(false), b.Const(batch_first)},
+                           kind == 3 ? 3 : 2) != nullptr;
     }
     case 50: {  // embedding rows of a 2-D pool value
       if (rank != 2) return false;
@@ -1136,7 +1168,9 @@ TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
                          "aten::native_layer_norm",
                          "aten::relu6",       "aten::amin",
                          "aten::clamp_min",   "aten::clamp_max",
-                         "aten::embedding"}) {
+                         "aten::embedding",   "aten::rnn_tanh",
+                         "aten::rnn_relu",    "aten::gru",
+                         "aten::lstm"}) {
     EXPECT_GT(stats.source_ops[op], 0) << op << " was never generated";
   }
 }
