@@ -408,6 +408,12 @@ std::optional<std::vector<int64_t>> StaticSizes(Value* v) {
   return *sizes;
 }
 
+int64_t Count(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
 Value* WithTypeOf(Value* v, Value* like) {
   v->setType(like->type());
   return v;
@@ -794,6 +800,49 @@ const RewriteTable& Rewrites() {
          if (!sizes) return Reject("an `other` of static shape expected");
          return InsertOp(g, "aten::expand", {n->input(0), g.insertConstant(*sizes)});
        }},
+      {"aten::pad",  // (x, pad, mode, value): constant mode only
+       [](Graph& g, Node* n) -> Value* {
+         auto mode = ConstantOf(n->input(2));
+         if (!mode || !mode->isString() || mode->toStringRef() != "constant")
+           return Reject("mode='constant' expected (reflect / replicate / circular: not compiled)");
+         Value* value = IsNone(n->input(3)) ? g.insertConstant(0.0) : n->input(3);
+         return InsertOp(g, "aten::constant_pad_nd", {n->input(0), n->input(1), value});
+       }},
+      {"aten::cumsum",
+       // (x, dim, dtype): along the last dim, a product with the constant
+       // upper-triangular ones (column j sums the first j + 1 entries)
+       [](Graph& g, Node* n) -> Value* {
+         auto sizes = StaticSizes(n->input(0));
+         auto dim = ConstantOf(n->input(1));
+         auto type = n->input(0)->type()->cast<c10::TensorType>();
+         if (!sizes || sizes->empty() || !dim || !dim->isInt() || !type || !type->scalarType() ||
+             !c10::isFloatingType(*type->scalarType()) ||
+             !(IsNone(n->input(2)) || IsInputDtype(n->input(2), n->input(0)))) {
+           return Reject("a floating input of static shape, a constant dim and no dtype "
+                         "conversion expected");
+         }
+         const int64_t rank = static_cast<int64_t>(sizes->size());
+         const int64_t d = dim->toInt() < 0 ? dim->toInt() + rank : dim->toInt();
+         if (d < 0 || d >= rank) return Reject("dim out of range");
+         std::vector<int64_t> order(rank), moved_sizes(rank);
+         for (int64_t i = 0; i < rank; ++i) order[i] = i;
+         std::swap(order[d], order[rank - 1]);  // its own inverse
+         for (int64_t i = 0; i < rank; ++i) moved_sizes[i] = (*sizes)[order[i]];
+         const int64_t length = (*sizes)[d], rows = length == 0 ? 0 : Count(*sizes) / length;
+         Value* moved = WithTypeOf(InsertOp(g, "aten::permute", {n->input(0), g.insertConstant(order)}),
+                                   n->input(0));
+         moved->setType(type->withSizes(moved_sizes));
+         Value* flat = InsertOp(g, "aten::reshape",
+                                {moved, g.insertConstant(std::vector<int64_t>{rows, length})});
+         flat->setType(type->withSizes({rows, length}));
+         at::Tensor upper = torch::ones({length, length}, at::TensorOptions().dtype(*type->scalarType()))
+                                .triu();
+         Value* summed = InsertOp(g, "aten::mm", {flat, g.insertConstant(upper)});
+         summed->setType(type->withSizes({rows, length}));
+         Value* back = InsertOp(g, "aten::reshape", {summed, g.insertConstant(moved_sizes)});
+         back->setType(type->withSizes(moved_sizes));
+         return InsertOp(g, "aten::permute", {back, g.insertConstant(order)});
+       }},
       {"aten::numpy_T",  // x.T: the dims reversed
        [](Graph& g, Node* n) -> Value* {
          const int64_t rank = TensorRank(n->input(0));
@@ -815,8 +864,7 @@ const RewriteTable& Rewrites() {
          }
          if (!weight || weight->size() != 2 || !indices)
            return Reject("a 2-D weight and indices of static shape expected");
-         int64_t count = 1;
-         for (int64_t s : *indices) count *= s;
+         const int64_t count = Count(*indices);
          Value* flat = InsertOp(g, "aten::reshape",
                                 {n->input(1), g.insertConstant(std::vector<int64_t>{count, 1})});
          Value* index = InsertOp(g, "aten::expand",

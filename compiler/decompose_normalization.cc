@@ -112,9 +112,7 @@ Value* GroupNorm(Graph& g, Value* x, int64_t groups, Value* weight, Value* bias,
     return Reject("a [N, C, *] input of static shape with C divisible by num_groups expected");
   }
   const int64_t rank = static_cast<int64_t>(sizes->size());
-  int64_t per_group = 1;
-  for (size_t d = 1; d < sizes->size(); ++d) per_group *= (*sizes)[d];
-  per_group /= groups;
+  const int64_t per_group = (*sizes)[0] == 0 ? 0 : Count(*sizes) / (*sizes)[0] / groups;
   const std::vector<int64_t> grouped_sizes = {(*sizes)[0], groups, per_group};
   Value* grouped = InsertOp(g, "aten::reshape", {x, g.insertConstant(grouped_sizes)});
   grouped->setType(x->type()->expect<c10::TensorType>()->withSizes(grouped_sizes));

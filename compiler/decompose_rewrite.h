@@ -42,6 +42,8 @@ int64_t TensorRank(torch::jit::Value* v);  // -1 when unknown
 bool IsNone(torch::jit::Value* v);
 // A constant dtype argument that is already `x`'s scalar type (a no-op cast).
 bool IsInputDtype(torch::jit::Value* dtype, torch::jit::Value* x);
+// The number of elements of a shape.
+int64_t Count(const std::vector<int64_t>& sizes);
 // The static sizes of a tensor value, or nullopt.
 std::optional<std::vector<int64_t>> StaticSizes(torch::jit::Value* v);
 

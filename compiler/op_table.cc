@@ -32,6 +32,8 @@ const std::vector<PrimitiveOp>& PrimitiveOps() {
       {"aten::cos", F::kElementwise, true, X::kNone},
       {"aten::abs", F::kElementwise, true, X::kUnary},
       {"aten::erf", F::kElementwise, true, X::kNone},
+      {"aten::log1p", F::kElementwise, true, X::kNone},
+      {"aten::expm1", F::kElementwise, true, X::kNone},
       {"aten::where", F::kElementwise, true, X::kWhere},
       {"aten::gt", F::kElementwise, false, X::kCompare},
       {"aten::lt", F::kElementwise, false, X::kCompare},

@@ -114,6 +114,16 @@ void AddElementwiseRules(RuleTable& t) {
          Value* bell = e.op("aten::exp", {e.neg(e.mul(x, x))});
          return {e.mul(go[0], e.mul(bell, e.c(M_2_SQRTPI)))};
        });
+  // 1 / (1 + x), eager's log1p backward
+  t.emplace("aten::log1p",
+       [](Emit& e, Node* n, const Grads& go) -> Grads {
+         return {e.div(go[0], e.add(n->input(0), e.c(1.0)))};
+       });
+  // expm1(x) + 1 from the result, as eager's expm1 backward
+  t.emplace("aten::expm1",
+       [](Emit& e, Node* n, const Grads& go) -> Grads {
+         return {e.mul(go[0], e.add(n->output(), e.c(1.0)))};
+       });
   t.emplace("aten::abs",
        [](Emit& e, Node* n, const Grads& go) -> Grads {
          Value* x = n->input(0);

@@ -255,7 +255,7 @@ bool RandomOp(Builder& b) {
   const std::vector<int64_t> xs = b.Sizes(x);
   const int64_t rank = static_cast<int64_t>(xs.size());
   auto scalar = [&](double lo, double hi) { return b.Const(b.Real(lo, hi)); };
-  switch (b.Int(0, 51)) {
+  switch (b.Int(0, 52)) {
     // ---- elementwise unary
     case 0:
       return b.Emit("aten::neg", {x});
@@ -664,7 +664,7 @@ bool RandomOp(Builder& b) {
         case 0: {  // group norm over 1 or 2 groups, or instance norm
           if (rank < 3) return false;
           if (Count({xs.begin() + 2, xs.end()}) < 2) return false;
-          if (b.Coin()) {
+          if (b.Coin(0.3)) {
             return b.Emit("aten::instance_norm",
                           {x, b.Coin() ? none : b.AddInput(torch::randn({xs[1]})), none,
                            none, none, b.Const(true), b.Const(0.1), b.Const(1e-5),
@@ -718,6 +718,27 @@ bool RandomOp(Builder& b) {
             default:
               return b.Emit("aten::clamp_max", {x, b.Const(-0.1)});
           }
+        }
+      }
+    }
+    case 52: {  // log1p, expm1, cumsum, constant padding
+      switch (b.Int(0, 3)) {
+        case 0:  // log1p of x^2 + c (> -1), small arguments included
+          return b.Emit("aten::log1p", {Positive(b, x, b.Coin() ? 1e-3 : 0.5)});
+        case 1:
+          return b.Emit("aten::expm1", {b.Emit("aten::tanh", {x}, false)});
+        case 2:
+          if (rank == 0) return false;
+          return b.Emit("aten::cumsum", {x, b.Const(b.Int(-rank, rank - 1))});
+        default: {
+          if (rank == 0) return false;
+          std::vector<int64_t> pad = {b.Int(0, 2), b.Int(0, 1)};
+          if (rank > 1 && b.Coin()) {
+            pad.push_back(b.Int(0, 1));
+            pad.push_back(b.Int(0, 2));
+          }
+          return b.Emit("aten::pad", {x, b.Ints(pad), b.Const("constant"),
+                                      b.Coin() ? b.Const(c10::IValue()) : b.Const(0.25)});
         }
       }
     }
@@ -1170,7 +1191,9 @@ TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
                          "aten::clamp_min",   "aten::clamp_max",
                          "aten::embedding",   "aten::rnn_tanh",
                          "aten::rnn_relu",    "aten::gru",
-                         "aten::lstm"}) {
+                         "aten::lstm",        "aten::log1p",
+                         "aten::expm1",       "aten::cumsum",
+                         "aten::pad"}) {
     EXPECT_GT(stats.source_ops[op], 0) << op << " was never generated";
   }
 }

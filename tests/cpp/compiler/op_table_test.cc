@@ -19,7 +19,8 @@ namespace {
 const std::set<std::string> kRuleNames = {
     "aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div", "aten::neg",
     "aten::exp", "aten::log", "aten::tanh", "aten::sigmoid", "aten::relu", "aten::sqrt",
-    "aten::pow", "aten::sin", "aten::cos", "aten::erf", "aten::abs", "aten::where",
+    "aten::pow", "aten::sin", "aten::cos", "aten::erf", "aten::log1p", "aten::expm1",
+    "aten::abs", "aten::where",
     "aten::type_as", "aten::clone", "aten::contiguous", "aten::sum", "aten::mean",
     "aten::logsumexp", "aten::amax", "aten::reshape", "aten::view", "aten::expand",
     "aten::sum_to_size", "aten::t", "aten::transpose", "aten::unsqueeze", "aten::squeeze",

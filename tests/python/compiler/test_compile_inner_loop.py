@@ -199,10 +199,10 @@ def test_unsupported_op_falls_back_with_one_warning():
     x = torch.randn(5, dtype=dtype)
 
     def loss_fn(p, x):
-        return torch.cumsum(p * x, 0).pow(2).sum()
+        return torch.cumprod(p * x, 0).pow(2).sum()
 
     adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.01), steps=2)
-    with pytest.warns(CompilationFallbackWarning, match="aten::cumsum"):
+    with pytest.warns(CompilationFallbackWarning, match="aten::cumprod"):
         out = adapt(w, x)
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompilationFallbackWarning)

@@ -80,6 +80,11 @@ CASES = {
     + (D["x"] @ W).amin(0).sum() + torch.clamp_min(D["x"] @ W, 0.1).sum(),
     "embedding": lambda W, Wc: F.embedding(D["labels"], W).pow(3).sum(),
     "x.T": lambda W, Wc: ((D["x"] @ W).T @ D["y"]).square().sum(),
+    "log1p and expm1": lambda W, Wc: torch.log1p((D["x"] @ W).square() * 1e-6).sum() * 1e6
+    + torch.expm1(torch.tanh(D["x"] @ W)).sum(),
+    "cumsum": lambda W, Wc: ((D["x"] @ W).cumsum(1) * D["y"]).sum()
+    + (D["x"] @ W).cumsum(0).square().sum(),
+    "pad": lambda W, Wc: F.pad(F.conv2d(D["img"], Wc), (1, 2, 0, 1), value=0.5).pow(3).sum(),
 }
 
 
