@@ -115,6 +115,65 @@ bool SameLeadingSize(Value* a, Value* b) {
   return sa && sb && !sa->empty() && !sb->empty() && sa->front() == sb->front();
 }
 
+// matmul of operands of any rank >= 1 with static shapes (torch.matmul's
+// rules): a vector operand becomes a one-row (one-column) matrix; a matrix
+// times a stack of matrices is one mm over the stacked rows; stacks are
+// broadcast against each other (expand: its derivative sums back) and run as
+// one bmm; the result is reshaped to matmul's output shape.
+Value* Matmul(Graph& g, Node* n) {
+  Value *a = n->input(0), *b = n->input(1);
+  auto sa = StaticSizes(a), sb = StaticSizes(b), out = StaticSizes(n->output());
+  auto type = a->type()->cast<c10::TensorType>();
+  if (!sa || !sb || !out || sa->empty() || sb->empty() || !type)
+    return Reject("operands and a result of static shape expected");
+  auto typed = [&](Value* v, const std::vector<int64_t>& sizes) {
+    v->setType(type->withSizes(sizes));
+    return v;
+  };
+  auto reshape = [&](Value* v, const std::vector<int64_t>& sizes) {
+    return typed(InsertOp(g, "aten::reshape", {v, g.insertConstant(sizes)}), sizes);
+  };
+  if (sa->size() == 1) {  // a row
+    sa = std::vector<int64_t>{1, (*sa)[0]};
+    a = reshape(a, *sa);
+  }
+  if (sb->size() == 1) {  // a column
+    sb = std::vector<int64_t>{(*sb)[0], 1};
+    b = reshape(b, *sb);
+  }
+  const int64_t rows = (*sa)[sa->size() - 2], inner = (*sa)[sa->size() - 1];
+  const int64_t cols = (*sb)[sb->size() - 1];
+  if ((*sb)[sb->size() - 2] != inner) return Reject("matching inner sizes expected");
+  std::vector<int64_t> stack_a(sa->begin(), sa->end() - 2), stack_b(sb->begin(), sb->end() - 2);
+  Value* product;
+  if (stack_b.empty()) {  // [..., n, k] @ [k, m]: the stacked rows times one matrix
+    Value* flat = reshape(a, {Count(stack_a) * rows, inner});
+    product = typed(InsertOp(g, "aten::mm", {flat, b}), {Count(stack_a) * rows, cols});
+  } else {
+    // the broadcast stack (the longer one, sizes 1 stretched)
+    std::vector<int64_t> stack(std::max(stack_a.size(), stack_b.size()), 1);
+    for (const auto* s : {&stack_a, &stack_b}) {
+      for (size_t i = 0; i < s->size(); ++i) {
+        int64_t& slot = stack[stack.size() - s->size() + i];
+        const int64_t size = (*s)[i];
+        if (size != 1 && slot != 1 && size != slot) return Reject("broadcastable stacks expected");
+        if (size != 1) slot = size;
+      }
+    }
+    auto as_stack = [&](Value* v, const std::vector<int64_t>& own, int64_t r, int64_t c) {
+      std::vector<int64_t> full = stack;
+      full.push_back(r);
+      full.push_back(c);
+      if (own != stack) v = typed(InsertOp(g, "aten::expand", {v, g.insertConstant(full)}), full);
+      return reshape(v, {Count(stack), r, c});
+    };
+    product = typed(InsertOp(g, "aten::bmm", {as_stack(a, stack_a, rows, inner),
+                                               as_stack(b, stack_b, inner, cols)}),
+                    {Count(stack), rows, cols});
+  }
+  return InsertOp(g, "aten::reshape", {product, g.insertConstant(*out)});
+}
+
 // conv2d / conv_transpose2d from the generic convolution signature
 // (input, weight, bias, stride, padding, dilation, transposed,
 // output_padding, groups, ...): 2-D, batched (NCHW) only.
@@ -508,9 +567,7 @@ const RewriteTable& Rewrites() {
          if (a == 3 && b == 3 && SameLeadingSize(n->input(0), n->input(1))) {
            return InsertOp(g, "aten::bmm", {n->input(0), n->input(1)});
          }
-         return Reject(
-             "2-D operands, or 3-D operands with the same static leading size, "
-             "expected");
+         return Matmul(g, n);
        }},
       {"aten::addmm",
        [](Graph& g, Node* n) -> Value* {
@@ -799,6 +856,16 @@ const RewriteTable& Rewrites() {
          auto sizes = StaticSizes(n->input(1));
          if (!sizes) return Reject("an `other` of static shape expected");
          return InsertOp(g, "aten::expand", {n->input(0), g.insertConstant(*sizes)});
+       }},
+      {"aten::to",  // a conversion to the dtype and device it has: the tensor itself
+       [](Graph& g, Node* n) -> Value* {
+         auto in = n->input(0)->type()->cast<c10::TensorType>();
+         auto out = n->output()->type()->cast<c10::TensorType>();
+         if (!in || !out || !in->scalarType() || in->scalarType() != out->scalarType() ||
+             !in->device() || in->device() != out->device()) {
+           return Reject("a conversion to the same dtype and device expected");
+         }
+         return n->input(0);
        }},
       {"aten::pad",  // (x, pad, mode, value): constant mode only
        [](Graph& g, Node* n) -> Value* {

@@ -45,6 +45,8 @@ const std::vector<PrimitiveOp>& PrimitiveOps() {
       {"aten::ones_like", F::kElementwise, false, X::kLike},
       {"aten::clone", F::kElementwise, true, X::kNone},
       {"aten::contiguous", F::kElementwise, true, X::kNone},
+      // stops the gradient (its output is a constant to the derivative)
+      {"aten::detach", F::kElementwise, false, X::kNone},
       // reductions
       {"aten::sum", F::kReduction, true, X::kNone},
       {"aten::mean", F::kReduction, true, X::kNone},

@@ -8,7 +8,8 @@
 //   elementwise   add sub rsub mul div neg exp log tanh sigmoid relu sqrt
 //                 pow(Tensor, Scalar) sin cos abs erf log1p expm1 where gt lt
 //                 ge le eq
-//                 type_as zeros_like ones_like clone contiguous
+//                 type_as zeros_like ones_like clone contiguous detach (no
+//                 gradient: it stops the derivative)
 //   reductions    sum sum.dim_IntList mean mean.dim logsumexp amax
 //   shape         reshape view expand sum_to_size t transpose unsqueeze
 //                 squeeze.dim size numel flatten permute

@@ -255,7 +255,7 @@ bool RandomOp(Builder& b) {
   const std::vector<int64_t> xs = b.Sizes(x);
   const int64_t rank = static_cast<int64_t>(xs.size());
   auto scalar = [&](double lo, double hi) { return b.Const(b.Real(lo, hi)); };
-  switch (b.Int(0, 52)) {
+  switch (b.Int(0, 53)) {
     // ---- elementwise unary
     case 0:
       return b.Emit("aten::neg", {x});
@@ -721,8 +721,14 @@ bool RandomOp(Builder& b) {
         }
       }
     }
-    case 52: {  // log1p, expm1, cumsum, constant padding
-      switch (b.Int(0, 3)) {
+    case 52: {  // log1p, expm1, cumsum, constant padding, detach, a same-dtype to
+      switch (b.Int(0, 5)) {
+        case 4:  // the detached factor carries no gradient
+          return b.Emit("aten::mul", {x, b.Emit("aten::detach", {b.Emit("aten::sin", {x}, false)},
+                                                false)});
+        case 5:
+          return b.Emit("aten::to", {x, b.Const(static_cast<int64_t>(at::kDouble)),
+                                     b.Const(false), b.Const(false)});
         case 0:  // log1p of x^2 + c (> -1), small arguments included
           return b.Emit("aten::log1p", {Positive(b, x, b.Coin() ? 1e-3 : 0.5)});
         case 1:
@@ -741,6 +747,21 @@ bool RandomOp(Builder& b) {
                                       b.Coin() ? b.Const(c10::IValue()) : b.Const(0.25)});
         }
       }
+    }
+    case 53: {  // matmul with a new operand: vectors, stacks, broadcast stacks
+      if (rank == 0 || rank > 3) return false;
+      const int64_t inner = xs.back(), cols = b.Int(1, 3);
+      std::vector<int64_t> other;
+      switch (b.Int(0, 3)) {
+        case 0: other = {inner}; break;                 // a vector
+        case 1: other = {inner, cols}; break;           // one matrix
+        case 2: other = {b.Int(1, 2), inner, cols}; break;  // a stack (maybe broadcast)
+        default: {                                      // a stack like x's
+          if (rank < 3) return false;
+          other = {b.Coin() ? 1 : xs[0], inner, cols};
+        }
+      }
+      return b.Emit("aten::matmul", {x, b.AddInput(torch::randn(other))});
     }
     case 51: {  // a recurrent layer over a [T, B, F] pool value (or [B, T, F])
       if (rank != 3 || xs[2] > 4) return false;
@@ -1193,7 +1214,8 @@ TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
                          "aten::rnn_relu",    "aten::gru",
                          "aten::lstm",        "aten::log1p",
                          "aten::expm1",       "aten::cumsum",
-                         "aten::pad"}) {
+                         "aten::pad",         "aten::detach",
+                         "aten::to",          "aten::matmul"}) {
     EXPECT_GT(stats.source_ops[op], 0) << op << " was never generated";
   }
 }

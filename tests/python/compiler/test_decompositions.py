@@ -31,6 +31,8 @@ def _data():
         "unit": torch.rand(6, 5, generator=g, dtype=F64),
         "pos_weight": torch.linspace(0.5, 2, 5, dtype=F64),
         "pixel_labels": torch.randint(0, 4, (2, 5, 5), generator=g),
+        "seq": torch.randn(2, 3, 4, 5, generator=g, dtype=F64),
+        "vec": torch.randn(5, generator=g, dtype=F64),
     }
 
 
@@ -85,6 +87,16 @@ CASES = {
     "cumsum": lambda W, Wc: ((D["x"] @ W).cumsum(1) * D["y"]).sum()
     + (D["x"] @ W).cumsum(0).square().sum(),
     "pad": lambda W, Wc: F.pad(F.conv2d(D["img"], Wc), (1, 2, 0, 1), value=0.5).pow(3).sum(),
+    "matmul stack times matrix": lambda W, Wc: (D["seq"] @ W).sin().sum(),
+    "matmul broadcast stacks (attention)": lambda W, Wc: (
+        torch.softmax((D["seq"] @ W) @ (D["seq"] @ W).transpose(-1, -2), -1) @ D["seq"][:1]
+    ).square().sum(),
+    "matmul vectors": lambda W, Wc: (D["vec"] @ W @ D["vec"]) + (W @ D["vec"]).square().sum(),
+    "detach stops the gradient": lambda W, Wc: ((D["x"] @ W).detach() * (D["x"] @ W).sin()).sum(),
+    "Normal log_prob": lambda W, Wc: torch.distributions.Normal(D["x"] @ W, 0.5).log_prob(D["y"])
+    .sum(),
+    "Categorical log_prob": lambda W, Wc: torch.distributions.Categorical(logits=D["x"] @ W)
+    .log_prob(D["labels"]).sum(),
 }
 
 
@@ -133,6 +145,21 @@ def test_a_declined_form_falls_back_naming_the_reason(fn, reason):
     with pytest.warns(CompilationFallbackWarning, match=reason):
         out = mf.compile(fn)(W)
     torch.testing.assert_close(out, fn(W), rtol=0, atol=0)
+
+
+def test_multi_head_attention_compiles():
+    torch.manual_seed(0)
+    attention = torch.nn.MultiheadAttention(5, 1, batch_first=True).to(F64)
+    params = {k: v.detach().clone().requires_grad_() for k, v in attention.named_parameters()}
+    seq = D["seq"][0]
+
+    def loss(p):
+        return mf.functional_call(attention, p, seq, seq, seq, need_weights=False)[0].square().sum()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompilationFallbackWarning)
+        out = mf.compile(loss)(params)
+    assert_same_losses_and_meta_gradients(out, loss(params), params)
 
 
 @pytest.mark.parametrize("layer", ["layer_norm", "group_norm"])
