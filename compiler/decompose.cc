@@ -857,6 +857,14 @@ const RewriteTable& Rewrites() {
          if (!sizes) return Reject("an `other` of static shape expected");
          return InsertOp(g, "aten::expand", {n->input(0), g.insertConstant(*sizes)});
        }},
+      {"aten::sign",  // 1, -1, or x * 0 (0, or NaN for NaN); no gradient, as eager
+       [](Graph& g, Node* n) -> Value* {
+         Value* x = n->input(0);
+         Value* zero = Filled(g, x, 0.0);
+         Value* rest = InsertOp(g, "aten::mul", {x, g.insertConstant(0.0)});
+         Value* negative = Select(g, "aten::lt", x, zero, Filled(g, x, -1.0), rest);
+         return Select(g, "aten::gt", x, zero, Filled(g, x, 1.0), negative);
+       }},
       {"aten::to",  // a conversion to the dtype and device it has: the tensor itself
        [](Graph& g, Node* n) -> Value* {
          auto in = n->input(0)->type()->cast<c10::TensorType>();
@@ -908,7 +916,11 @@ const RewriteTable& Rewrites() {
          summed->setType(type->withSizes({rows, length}));
          Value* back = InsertOp(g, "aten::reshape", {summed, g.insertConstant(moved_sizes)});
          back->setType(type->withSizes(moved_sizes));
-         return InsertOp(g, "aten::permute", {back, g.insertConstant(order)});
+         if (d == rank - 1) return back;  // (no dims were moved)
+         // contiguous, as eager's result (a later view may need it)
+         Value* restored = InsertOp(g, "aten::permute", {back, g.insertConstant(order)});
+         restored->setType(type->withSizes(*sizes));
+         return InsertOp(g, "aten::contiguous", {restored});
        }},
       {"aten::numpy_T",  // x.T: the dims reversed
        [](Graph& g, Node* n) -> Value* {
@@ -1083,7 +1095,8 @@ std::vector<std::string> DecomposeToPrimitives(
       continue;
     }
     const Rewrite* rewrite =
-        FindRewrite(name, {&Rewrites(), &LossRewrites(), &NormalizationRewrites()});
+        FindRewrite(name, {&Rewrites(), &LossRewrites(), &NormalizationRewrites(),
+                                 &IndexingRewrites()});
     Value* replacement = nullptr;
     last_rejection.clear();
     if (rewrite != nullptr && node->outputs().size() == 1) {

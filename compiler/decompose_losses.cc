@@ -6,10 +6,10 @@
 // an ignore_index that is a valid class are not compiled (declined with the
 // reason); a target equal to a negative ignore_index is an out-of-range
 // index error at run time, never a silently different loss.
-#include <cmath>
-
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/torch.h>
+
+#include <cmath>
 
 #include "compiler/decompose_rewrite.h"
 #include "compiler/ir_helpers.h"
@@ -25,7 +25,8 @@ namespace {
 // The reduction argument at `index` of n: 0, 1 or 2, or -1.
 int64_t ReductionOf(Node* n, size_t index) {
   auto reduction = ConstantOf(n->input(index));
-  if (!reduction || !reduction->isInt() || reduction->toInt() < 0 || reduction->toInt() > 2)
+  if (!reduction || !reduction->isInt() || reduction->toInt() < 0 ||
+      reduction->toInt() > 2)
     return -1;
   return reduction->toInt();
 }
@@ -36,13 +37,16 @@ Value* Reduce(Graph& g, Value* x, int64_t reduction) {
 }
 
 // -log_probs at each target class (class dim 1), reduced.
-Value* NegativeLogLikelihood(Graph& g, Value* log_probs, Value* target, int64_t reduction) {
+Value* NegativeLogLikelihood(Graph& g, Value* log_probs, Value* target,
+                             int64_t reduction) {
   Value* one = g.insertConstant(1);
   Value* index = InsertOp(g, "aten::unsqueeze", {target, one});
   Value* picked = InsertOp(g, "aten::gather", {log_probs, one, index});
-  if (auto target_sizes = StaticSizes(target); target_sizes && IsTensor(log_probs)) {
+  if (auto target_sizes = StaticSizes(target);
+      target_sizes && IsTensor(log_probs)) {
     target_sizes->insert(target_sizes->begin() + 1, 1);
-    picked->setType(log_probs->type()->expect<c10::TensorType>()->withSizes(*target_sizes));
+    picked->setType(
+        log_probs->type()->expect<c10::TensorType>()->withSizes(*target_sizes));
   }
   picked = InsertOp(g, "aten::squeeze", {picked, one});
   return Reduce(g, InsertOp(g, "aten::neg", {picked}), reduction);
@@ -64,23 +68,29 @@ const char* ClassIndexProblem(Node* n, Value* input, Value* target) {
 
 // (a - b) elementwise error with |a - b| < threshold inside, and its
 // reduction: smooth L1 and Huber.
-Value* PiecewiseError(Graph& g, Value* a, Value* b, int64_t reduction, double threshold,
-                      bool huber) {
+Value* PiecewiseError(Graph& g, Value* a, Value* b, int64_t reduction,
+                      double threshold, bool huber) {
   Value* d = InsertOp(g, "aten::sub", {a, b});
   if (StaticSizes(a) && StaticSizes(a) == StaticSizes(b)) WithTypeOf(d, a);
   Value* z = WithTypeOf(InsertOp(g, "aten::abs", {d}), d);
-  Value* half_square = InsertOp(g, "aten::mul", {InsertOp(g, "aten::mul", {d, d}),
-                                                 g.insertConstant(huber ? 0.5 : 0.5 / threshold)});
-  Value* linear = InsertOp(g, "aten::sub", {z, g.insertConstant(0.5 * threshold)});
-  if (huber) linear = InsertOp(g, "aten::mul", {linear, g.insertConstant(threshold)});
-  return Reduce(g, Select(g, "aten::lt", z, Filled(g, z, threshold), half_square, linear),
-                reduction);
+  Value* half_square =
+      InsertOp(g, "aten::mul",
+               {InsertOp(g, "aten::mul", {d, d}),
+                g.insertConstant(huber ? 0.5 : 0.5 / threshold)});
+  Value* linear =
+      InsertOp(g, "aten::sub", {z, g.insertConstant(0.5 * threshold)});
+  if (huber)
+    linear = InsertOp(g, "aten::mul", {linear, g.insertConstant(threshold)});
+  return Reduce(
+      g, Select(g, "aten::lt", z, Filled(g, z, threshold), half_square, linear),
+      reduction);
 }
 
 // nll_loss / nll_loss_nd (log_probs, target, weight, reduction, ignore_index).
 Value* NllLoss(Graph& g, Node* n) {
   const int64_t reduction = ReductionOf(n, 3);
-  if (const char* problem = ClassIndexProblem(n, n->input(0), n->input(1))) return Reject(problem);
+  if (const char* problem = ClassIndexProblem(n, n->input(0), n->input(1)))
+    return Reject(problem);
   if (reduction < 0) return Reject("a constant reduction expected");
   return NegativeLogLikelihood(g, n->input(0), n->input(1), reduction);
 }
@@ -101,7 +111,9 @@ const RewriteTable& LossRewrites() {
          const int64_t reduction = ReductionOf(n, 2);
          if (reduction < 0) return Reject("a constant reduction expected");
          return Reduce(
-             g, InsertOp(g, "aten::abs", {InsertOp(g, "aten::sub", {n->input(0), n->input(1)})}),
+             g,
+             InsertOp(g, "aten::abs",
+                      {InsertOp(g, "aten::sub", {n->input(0), n->input(1)})}),
              reduction);
        }},
       {"aten::smooth_l1_loss",  // (a, b, reduction, beta)
@@ -111,7 +123,8 @@ const RewriteTable& LossRewrites() {
          // (beta 0: eager's gradient at a zero difference is +1, not abs's 0)
          if (reduction < 0 || !beta || *beta <= 0)
            return Reject("a constant reduction and beta > 0 expected");
-         return PiecewiseError(g, n->input(0), n->input(1), reduction, *beta, false);
+         return PiecewiseError(g, n->input(0), n->input(1), reduction, *beta,
+                               false);
        }},
       {"aten::huber_loss",  // (a, b, reduction, delta)
        [](Graph& g, Node* n) -> Value* {
@@ -119,7 +132,8 @@ const RewriteTable& LossRewrites() {
          auto delta = ConstantNumber(n->input(3));
          if (reduction < 0 || !delta || *delta <= 0)
            return Reject("a constant reduction and delta > 0 expected");
-         return PiecewiseError(g, n->input(0), n->input(1), reduction, *delta, true);
+         return PiecewiseError(g, n->input(0), n->input(1), reduction, *delta,
+                               true);
        }},
       {"aten::nll_loss", NllLoss},
       {"aten::nll_loss_nd", NllLoss},
@@ -134,40 +148,50 @@ const RewriteTable& LossRewrites() {
          auto smoothing = ConstantNumber(n->input(5));
          auto sizes = StaticSizes(logits);
          if (reduction < 0 || !smoothing || !sizes || sizes->size() < 2) {
-           return Reject("an [N, C, *] input of static shape, constant reduction and "
-                         "label_smoothing expected");
+           return Reject(
+               "an [N, C, *] input of static shape, constant reduction and "
+               "label_smoothing expected");
          }
          const double classes = static_cast<double>((*sizes)[1]);
          Value* log_probs = WithTypeOf(LogSoftmax(g, logits, 1), logits);
          Value* one = g.insertConstant(std::vector<int64_t>{1});
          auto target_type = target->type()->cast<c10::TensorType>();
          if (target_type && target_type->scalarType() &&
-             c10::isFloatingType(*target_type->scalarType())) {  // probabilities
-           if (StaticSizes(target) != sizes) return Reject("a target shaped as the input expected");
-           if (!IsNone(n->input(2))) return Reject("class weights are not compiled");
+             c10::isFloatingType(
+                 *target_type->scalarType())) {  // probabilities
+           if (StaticSizes(target) != sizes)
+             return Reject("a target shaped as the input expected");
+           if (!IsNone(n->input(2)))
+             return Reject("class weights are not compiled");
            Value* weights = target;
            if (*smoothing > 0) {
-             weights = InsertOp(g, "aten::add",
-                                {InsertOp(g, "aten::mul", {target, g.insertConstant(1.0 - *smoothing)}),
-                                 g.insertConstant(*smoothing / classes)});
+             weights = InsertOp(
+                 g, "aten::add",
+                 {InsertOp(g, "aten::mul",
+                           {target, g.insertConstant(1.0 - *smoothing)}),
+                  g.insertConstant(*smoothing / classes)});
            }
            Value* per_item = InsertOp(
                g, "aten::neg",
-               {InsertOp(g, "aten::sum", {InsertOp(g, "aten::mul", {log_probs, weights}), one,
-                                         g.insertConstant(false)})});
+               {InsertOp(g, "aten::sum",
+                         {InsertOp(g, "aten::mul", {log_probs, weights}), one,
+                          g.insertConstant(false)})});
            return Reduce(g, per_item, reduction);
          }
-         if (const char* problem = ClassIndexProblem(n, logits, target)) return Reject(problem);
+         if (const char* problem = ClassIndexProblem(n, logits, target))
+           return Reject(problem);
          Value* nll = NegativeLogLikelihood(g, log_probs, target, reduction);
          if (*smoothing == 0) return nll;
-         Value* spread = InsertOp(
-             g, "aten::neg",
-             {InsertOp(g, "aten::sum", {log_probs, one, g.insertConstant(false)})});
-         return InsertOp(
-             g, "aten::add",
-             {InsertOp(g, "aten::mul", {nll, g.insertConstant(1.0 - *smoothing)}),
-              InsertOp(g, "aten::mul",
-                       {Reduce(g, spread, reduction), g.insertConstant(*smoothing / classes)})});
+         Value* spread =
+             InsertOp(g, "aten::neg",
+                      {InsertOp(g, "aten::sum",
+                                {log_probs, one, g.insertConstant(false)})});
+         return InsertOp(g, "aten::add",
+                         {InsertOp(g, "aten::mul",
+                                   {nll, g.insertConstant(1.0 - *smoothing)}),
+                          InsertOp(g, "aten::mul",
+                                   {Reduce(g, spread, reduction),
+                                    g.insertConstant(*smoothing / classes)})});
        }},
       {"aten::binary_cross_entropy",
        // Declined with the reason: near saturation (p or 1 - p below 1e-12,
@@ -177,7 +201,8 @@ const RewriteTable& LossRewrites() {
        // gradient would differ there.
        [](Graph&, Node*) -> Value* {
          return Reject(
-             "eager's gradient near saturated probabilities is not the loss's derivative: "
+             "eager's gradient near saturated probabilities is not the loss's "
+             "derivative: "
              "not compiled; binary_cross_entropy_with_logits is");
        }},
       {"aten::binary_cross_entropy_with_logits",
@@ -187,22 +212,28 @@ const RewriteTable& LossRewrites() {
          const int64_t reduction = ReductionOf(n, 4);
          const int64_t rank = TensorRank(n->input(0));
          if (reduction < 0 || rank < 0)
-           return Reject("an input of known rank and a constant reduction expected");
+           return Reject(
+               "an input of known rank and a constant reduction expected");
          Value *x = n->input(0), *y = n->input(1);
          Value* soft = Softplus(g, InsertOp(g, "aten::neg", {x}), rank);
          if (!IsNone(n->input(3))) {
            Value* scale = InsertOp(
                g, "aten::add",
                {InsertOp(g, "aten::mul",
-                         {InsertOp(g, "aten::sub", {n->input(3), g.insertConstant(1.0)}), y}),
+                         {InsertOp(g, "aten::sub",
+                                   {n->input(3), g.insertConstant(1.0)}),
+                          y}),
                 g.insertConstant(1.0)});
            soft = InsertOp(g, "aten::mul", {soft, scale});
          }
          Value* loss = InsertOp(
              g, "aten::add",
-             {InsertOp(g, "aten::mul", {InsertOp(g, "aten::rsub", {y, g.insertConstant(1.0)}), x}),
+             {InsertOp(
+                  g, "aten::mul",
+                  {InsertOp(g, "aten::rsub", {y, g.insertConstant(1.0)}), x}),
               soft});
-         if (!IsNone(n->input(2))) loss = InsertOp(g, "aten::mul", {loss, n->input(2)});
+         if (!IsNone(n->input(2)))
+           loss = InsertOp(g, "aten::mul", {loss, n->input(2)});
          return Reduce(g, loss, reduction);
        }},
       {"aten::kl_div",
@@ -217,14 +248,18 @@ const RewriteTable& LossRewrites() {
          Value *x = n->input(0), *t = n->input(1);
          Value* pointwise;
          if (log_target->toBool()) {
-           pointwise = InsertOp(g, "aten::mul", {InsertOp(g, "aten::exp", {t}),
-                                                 InsertOp(g, "aten::sub", {t, x})});
+           pointwise = InsertOp(g, "aten::mul",
+                                {InsertOp(g, "aten::exp", {t}),
+                                 InsertOp(g, "aten::sub", {t, x})});
          } else {
            Value* zero = Filled(g, t, 0.0);
            Value* is_zero = InsertOp(g, "aten::eq", {t, zero});
-           Value* safe = InsertOp(g, "aten::where", {is_zero, Filled(g, t, 1.0), t});
-           Value* terms = InsertOp(
-               g, "aten::mul", {t, InsertOp(g, "aten::sub", {InsertOp(g, "aten::log", {safe}), x})});
+           Value* safe =
+               InsertOp(g, "aten::where", {is_zero, Filled(g, t, 1.0), t});
+           Value* terms =
+               InsertOp(g, "aten::mul",
+                        {t, InsertOp(g, "aten::sub",
+                                     {InsertOp(g, "aten::log", {safe}), x})});
            pointwise = InsertOp(g, "aten::where", {is_zero, zero, terms});
          }
          return Reduce(g, pointwise, reduction);

@@ -1,14 +1,14 @@
 // Decompositions of normalization layers and norms (decompose_rewrite.h):
 // batch, layer, group and instance norm (and the native_* forms functorch's
-// batching rules emit), vector norms, variance and standard deviation. Statistics are the batch mean and the biased variance
-// (mean of squared deviations), as eager's; where eager's backward masks a
-// zero norm or standard deviation instead of dividing by it, SqrtZeroSafe
-// does the same.
-#include <cmath>
-#include <limits>
-
+// batching rules emit), vector norms, variance and standard deviation.
+// Statistics are the batch mean and the biased variance (mean of squared
+// deviations), as eager's; where eager's backward masks a zero norm or standard
+// deviation instead of dividing by it, SqrtZeroSafe does the same.
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
 
 #include "compiler/decompose_rewrite.h"
 #include "compiler/ir_helpers.h"
@@ -23,15 +23,18 @@ namespace {
 
 // x * weight + bias with [C] weight and bias broadcast along dim 1 of a
 // rank-`rank` x; either may be None.
-Value* ChannelAffine(Graph& g, Value* x, Value* weight, Value* bias, int64_t rank) {
+Value* ChannelAffine(Graph& g, Value* x, Value* weight, Value* bias,
+                     int64_t rank) {
   std::vector<int64_t> channel_shape(rank, 1);
   channel_shape[1] = -1;
   Value* shape = g.insertConstant(channel_shape);
   if (!IsNone(weight)) {
-    x = InsertOp(g, "aten::mul", {x, InsertOp(g, "aten::reshape", {weight, shape})});
+    x = InsertOp(g, "aten::mul",
+                 {x, InsertOp(g, "aten::reshape", {weight, shape})});
   }
   if (!IsNone(bias)) {
-    x = InsertOp(g, "aten::add", {x, InsertOp(g, "aten::reshape", {bias, shape})});
+    x = InsertOp(g, "aten::add",
+                 {x, InsertOp(g, "aten::reshape", {bias, shape})});
   }
   return x;
 }
@@ -72,8 +75,9 @@ Value* BatchNorm(Graph& g, Node* n) {
   if (batch_stats) {
     out = NormalizeOver(g, x, dims, eps->toDouble());
   } else {
-    Value* centered = InsertOp(
-        g, "aten::sub", {x, InsertOp(g, "aten::reshape", {running_mean, shape})});
+    Value* centered =
+        InsertOp(g, "aten::sub",
+                 {x, InsertOp(g, "aten::reshape", {running_mean, shape})});
     Value* var = InsertOp(g, "aten::reshape", {running_var, shape});
     Value* std = InsertOp(
         g, "aten::sqrt",
@@ -106,23 +110,31 @@ Value* LayerNorm(Graph& g, Node* n) {
 // Group norm of a [N, C, *] x over `groups` groups of C / groups channels:
 // the statistics of each (image, group) over its channels and positions,
 // then the per-channel affine.
-Value* GroupNorm(Graph& g, Value* x, int64_t groups, Value* weight, Value* bias, double eps) {
+Value* GroupNorm(Graph& g, Value* x, int64_t groups, Value* weight, Value* bias,
+                 double eps) {
   auto sizes = StaticSizes(x);
   if (!sizes || sizes->size() < 2 || groups <= 0 || (*sizes)[1] % groups != 0) {
-    return Reject("a [N, C, *] input of static shape with C divisible by num_groups expected");
+    return Reject(
+        "a [N, C, *] input of static shape with C divisible by num_groups "
+        "expected");
   }
   const int64_t rank = static_cast<int64_t>(sizes->size());
-  const int64_t per_group = (*sizes)[0] == 0 ? 0 : Count(*sizes) / (*sizes)[0] / groups;
+  const int64_t per_group =
+      (*sizes)[0] == 0 ? 0 : Count(*sizes) / (*sizes)[0] / groups;
   const std::vector<int64_t> grouped_sizes = {(*sizes)[0], groups, per_group};
-  Value* grouped = InsertOp(g, "aten::reshape", {x, g.insertConstant(grouped_sizes)});
-  grouped->setType(x->type()->expect<c10::TensorType>()->withSizes(grouped_sizes));
+  Value* grouped =
+      InsertOp(g, "aten::reshape", {x, g.insertConstant(grouped_sizes)});
+  grouped->setType(
+      x->type()->expect<c10::TensorType>()->withSizes(grouped_sizes));
   Value* normalized = NormalizeOver(g, grouped, {2}, eps);
-  Value* out = InsertOp(g, "aten::reshape", {normalized, g.insertConstant(*sizes)});
+  Value* out =
+      InsertOp(g, "aten::reshape", {normalized, g.insertConstant(*sizes)});
   return ChannelAffine(g, out, weight, bias, rank);
 }
 
 // The vector norm of x over `dims` (all when empty): ord 2, 1 or inf.
-Value* VectorNorm(Graph& g, Value* x, double ord, std::vector<int64_t> dims, bool keepdim) {
+Value* VectorNorm(Graph& g, Value* x, double ord, std::vector<int64_t> dims,
+                  bool keepdim) {
   const int64_t rank = TensorRank(x);
   if (rank < 0) return Reject("an input of known rank expected");
   if (dims.empty()) {
@@ -132,14 +144,15 @@ Value* VectorNorm(Graph& g, Value* x, double ord, std::vector<int64_t> dims, boo
   Value* keep = g.insertConstant(keepdim);
   if (ord == 2.0) {
     Value* squares = WithTypeOf(InsertOp(g, "aten::mul", {x, x}), x);
-    return SqrtZeroSafe(g, InsertOp(g, "aten::sum", {squares, dims_value, keep}));
+    return SqrtZeroSafe(g,
+                        InsertOp(g, "aten::sum", {squares, dims_value, keep}));
   }
   Value* magnitude = WithTypeOf(InsertOp(g, "aten::abs", {x}), x);
   if (ord == 1.0) {
-    return InsertOp(g, "aten::sum",
-                    {magnitude, dims_value, keep});
+    return InsertOp(g, "aten::sum", {magnitude, dims_value, keep});
   }
-  if (std::isinf(ord) && ord > 0) return InsertOp(g, "aten::amax", {magnitude, dims_value, keep});
+  if (std::isinf(ord) && ord > 0)
+    return InsertOp(g, "aten::amax", {magnitude, dims_value, keep});
   return Reject("ord 1, 2 or inf expected");
 }
 
@@ -160,7 +173,8 @@ Value* Variance(Graph& g, Node* n, bool standard_deviation) {
   bool keepdim = false;
   if (n->inputs().size() == 2) {
     auto unbiased = ConstantOf(n->input(1));
-    if (!unbiased || !unbiased->isBool()) return Reject("a constant `unbiased` expected");
+    if (!unbiased || !unbiased->isBool())
+      return Reject("a constant `unbiased` expected");
     correction = unbiased->toBool() ? 1.0 : 0.0;
   } else if (n->inputs().size() == 4) {
     auto reduced = ReductionDims(n->input(1));
@@ -168,12 +182,17 @@ Value* Variance(Graph& g, Node* n, bool standard_deviation) {
     if (!reduced || !third || !keep || !keep->isBool())
       return Reject("constant dims, correction and keepdim expected");
     dims = *reduced;
-    if (third->isBool()) correction = third->toBool() ? 1.0 : 0.0;
-    else if (third->isInt()) correction = static_cast<double>(third->toInt());
-    else if (!third->isNone()) return Reject("an int or bool correction expected");
+    if (third->isBool())
+      correction = third->toBool() ? 1.0 : 0.0;
+    else if (third->isInt())
+      correction = static_cast<double>(third->toInt());
+    else if (!third->isNone())
+      return Reject("an int or bool correction expected");
     keepdim = keep->toBool();
   } else {
-    return Reject("the (self, unbiased) or (self, dim, correction, keepdim) form expected");
+    return Reject(
+        "the (self, unbiased) or (self, dim, correction, keepdim) form "
+        "expected");
   }
   if (dims.empty()) {
     for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
@@ -184,14 +203,19 @@ Value* Variance(Graph& g, Node* n, bool standard_deviation) {
     if (d < 0 || d >= rank) return Reject("dim out of range");
     count *= static_cast<double>((*sizes)[d]);
   }
-  if (count - correction <= 0.0) return Reject("more elements than the correction expected");
+  if (count - correction <= 0.0)
+    return Reject("more elements than the correction expected");
   Value* x = n->input(0);
   Value* dims_value = g.insertConstant(dims);
-  Value* mean = InsertOp(g, "aten::mean", {x, dims_value, g.insertConstant(true)});
+  Value* mean =
+      InsertOp(g, "aten::mean", {x, dims_value, g.insertConstant(true)});
   Value* centered = WithTypeOf(InsertOp(g, "aten::sub", {x, mean}), x);
-  Value* squares = WithTypeOf(InsertOp(g, "aten::mul", {centered, centered}), x);
-  Value* total = InsertOp(g, "aten::sum", {squares, dims_value, g.insertConstant(keepdim)});
-  Value* var = InsertOp(g, "aten::div", {total, g.insertConstant(count - correction)});
+  Value* squares =
+      WithTypeOf(InsertOp(g, "aten::mul", {centered, centered}), x);
+  Value* total = InsertOp(g, "aten::sum",
+                          {squares, dims_value, g.insertConstant(keepdim)});
+  Value* var =
+      InsertOp(g, "aten::div", {total, g.insertConstant(count - correction)});
   return standard_deviation ? SqrtZeroSafe(g, var) : var;
 }
 
@@ -206,10 +230,11 @@ Value* NormalizeOver(Graph& g, Value* x, const std::vector<int64_t>& dims,
       InsertOp(g, "aten::mean", {x, dims_value, g.insertConstant(true)});
   Value* centered = InsertOp(g, "aten::sub", {x, mean});
   Value* var = InsertOp(g, "aten::mean",
-                      {InsertOp(g, "aten::mul", {centered, centered}), dims_value,
-                       g.insertConstant(true)});
-  Value* std = InsertOp(g, "aten::sqrt",
-                      {InsertOp(g, "aten::add", {var, g.insertConstant(eps)})});
+                        {InsertOp(g, "aten::mul", {centered, centered}),
+                         dims_value, g.insertConstant(true)});
+  Value* std =
+      InsertOp(g, "aten::sqrt",
+               {InsertOp(g, "aten::add", {var, g.insertConstant(eps)})});
   return InsertOp(g, "aten::div", {centered, std});
 }
 
@@ -226,7 +251,8 @@ const RewriteTable& NormalizationRewrites() {
          if (!groups || !groups->isInt() || !eps) {
            return Reject("constant num_groups and eps expected");
          }
-         return GroupNorm(g, n->input(0), groups->toInt(), n->input(2), n->input(3), *eps);
+         return GroupNorm(g, n->input(0), groups->toInt(), n->input(2),
+                          n->input(3), *eps);
        }},
       {"aten::instance_norm",
        // (x, weight, bias, running_mean, running_var, use_input_stats,
@@ -236,17 +262,21 @@ const RewriteTable& NormalizationRewrites() {
          auto use_input_stats = ConstantOf(n->input(5));
          auto eps = ConstantNumber(n->input(7));
          if (rank < 3 || !use_input_stats || !eps) {
-           return Reject("a [N, C, *] input and constant use_input_stats and eps expected");
-         }
-         if (!use_input_stats->toBool() || !IsNone(n->input(3)) || !IsNone(n->input(4))) {
            return Reject(
-               "input statistics without running statistics expected (track_running_stats "
+               "a [N, C, *] input and constant use_input_stats and eps "
+               "expected");
+         }
+         if (!use_input_stats->toBool() || !IsNone(n->input(3)) ||
+             !IsNone(n->input(4))) {
+           return Reject(
+               "input statistics without running statistics expected "
+               "(track_running_stats "
                "updates them in place: not compiled)");
          }
          std::vector<int64_t> dims;
          for (int64_t d = 2; d < rank; ++d) dims.push_back(d);
-         return ChannelAffine(g, NormalizeOver(g, n->input(0), dims, *eps), n->input(1),
-                              n->input(2), rank);
+         return ChannelAffine(g, NormalizeOver(g, n->input(0), dims, *eps),
+                              n->input(1), n->input(2), rank);
        }},
       {"aten::linalg_vector_norm",  // (x, ord, dim, keepdim, dtype)
        [](Graph& g, Node* n) -> Value* {
@@ -255,31 +285,41 @@ const RewriteTable& NormalizationRewrites() {
          auto keepdim = ConstantOf(n->input(3));
          if (!ord || !dims || !keepdim ||
              !(IsNone(n->input(4)) || IsInputDtype(n->input(4), n->input(0)))) {
-           return Reject("constant ord, dim and keepdim and no dtype conversion expected");
+           return Reject(
+               "constant ord, dim and keepdim and no dtype conversion "
+               "expected");
          }
          return VectorNorm(g, n->input(0), *ord, *dims, keepdim->toBool());
        }},
       {"aten::norm",  // (x, p) or (x, p, dim, keepdim)
        [](Graph& g, Node* n) -> Value* {
-         auto ord = IsNone(n->input(1)) ? std::optional<double>(2.0) : ConstantNumber(n->input(1));
+         auto ord = IsNone(n->input(1)) ? std::optional<double>(2.0)
+                                        : ConstantNumber(n->input(1));
          if (!ord) return Reject("a constant p expected");
-         if (n->inputs().size() == 2) return VectorNorm(g, n->input(0), *ord, {}, false);
-         if (n->inputs().size() != 4) return Reject("the (x, p) or (x, p, dim, keepdim) form expected");
+         if (n->inputs().size() == 2)
+           return VectorNorm(g, n->input(0), *ord, {}, false);
+         if (n->inputs().size() != 4)
+           return Reject("the (x, p) or (x, p, dim, keepdim) form expected");
          auto dims = ConstantIntList(n->input(2));
          auto keepdim = ConstantOf(n->input(3));
-         if (!dims || !keepdim) return Reject("constant dim and keepdim expected");
+         if (!dims || !keepdim)
+           return Reject("constant dim and keepdim expected");
          return VectorNorm(g, n->input(0), *ord, *dims, keepdim->toBool());
        }},
       {"aten::frobenius_norm",  // (x) or (x, dim, keepdim)
        [](Graph& g, Node* n) -> Value* {
-         if (n->inputs().size() == 1) return VectorNorm(g, n->input(0), 2.0, {}, false);
+         if (n->inputs().size() == 1)
+           return VectorNorm(g, n->input(0), 2.0, {}, false);
          auto dims = ConstantIntList(n->input(1));
          auto keepdim = ConstantOf(n->input(2));
-         if (!dims || !keepdim) return Reject("constant dim and keepdim expected");
+         if (!dims || !keepdim)
+           return Reject("constant dim and keepdim expected");
          return VectorNorm(g, n->input(0), 2.0, *dims, keepdim->toBool());
        }},
-      {"aten::var", [](Graph& g, Node* n) -> Value* { return Variance(g, n, false); }},
-      {"aten::std", [](Graph& g, Node* n) -> Value* { return Variance(g, n, true); }},
+      {"aten::var",
+       [](Graph& g, Node* n) -> Value* { return Variance(g, n, false); }},
+      {"aten::std",
+       [](Graph& g, Node* n) -> Value* { return Variance(g, n, true); }},
   };
   return *rewrites;
 }
@@ -289,7 +329,8 @@ const RewriteTable& NormalizationRewrites() {
 // replacement.
 MultiRewrite OutputOnly(size_t arity, Rewrite output) {
   return [arity, output](Graph& g, Node* n) -> std::vector<Value*> {
-    if (n->inputs().size() != arity || n->output(1)->hasUses() || n->output(2)->hasUses())
+    if (n->inputs().size() != arity || n->output(1)->hasUses() ||
+        n->output(2)->hasUses())
       return {};
     Value* out = output(g, n);
     if (out == nullptr) return {};
@@ -306,12 +347,16 @@ const MultiRewriteTable& NormalizationMultiRewrites() {
       // (x, normalized_shape, weight, bias, eps): layer_norm's first five
       {"aten::native_layer_norm", OutputOnly(5, LayerNorm)},
       // (x, weight, bias, N, C, HxW, group, eps)
-      {"aten::native_group_norm", OutputOnly(8, [](Graph& g, Node* n) -> Value* {
-         auto groups = ConstantOf(n->input(6));
-         auto eps = ConstantNumber(n->input(7));
-         if (!groups || !groups->isInt() || !eps) return Reject("constant group and eps expected");
-         return GroupNorm(g, n->input(0), groups->toInt(), n->input(1), n->input(2), *eps);
-       })},
+      {"aten::native_group_norm",
+       OutputOnly(8,
+                  [](Graph& g, Node* n) -> Value* {
+                    auto groups = ConstantOf(n->input(6));
+                    auto eps = ConstantNumber(n->input(7));
+                    if (!groups || !groups->isInt() || !eps)
+                      return Reject("constant group and eps expected");
+                    return GroupNorm(g, n->input(0), groups->toInt(),
+                                     n->input(1), n->input(2), *eps);
+                  })},
   };
   return *rewrites;
 }

@@ -255,7 +255,7 @@ bool RandomOp(Builder& b) {
   const std::vector<int64_t> xs = b.Sizes(x);
   const int64_t rank = static_cast<int64_t>(xs.size());
   auto scalar = [&](double lo, double hi) { return b.Const(b.Real(lo, hi)); };
-  switch (b.Int(0, 53)) {
+  switch (b.Int(0, 54)) {
     // ---- elementwise unary
     case 0:
       return b.Emit("aten::neg", {x});
@@ -529,6 +529,7 @@ bool RandomOp(Builder& b) {
                        b.Const(c10::IValue()), b.Const(1e-5), b.Const(false)});
       }
       // batch norm in training mode over dim 1
+      if (Count(xs) / xs[1] < 2) return false;  // one element per channel: noise
       return b.Emit(
           "aten::batch_norm",
           {x, b.Const(c10::IValue()), b.Const(c10::IValue()),
@@ -762,6 +763,34 @@ bool RandomOp(Builder& b) {
         }
       }
       return b.Emit("aten::matmul", {x, b.AddInput(torch::randn(other))});
+    }
+    case 54: {  // indexing, masking, rearranging (aten::index, whose Tensor?[]
+                // list this builder does not make, is tested from Python)
+      if (rank == 0) return false;
+      const int64_t d = b.Int(0, rank - 1);
+      auto random_index = [&](int64_t bound, std::vector<int64_t> shape) {
+        return b.Const(torch::randint(0, bound, shape, torch::kLong));
+      };
+      switch (b.Int(0, 5)) {
+        case 0:  // repeated picks: the gradient accumulates
+          return b.Emit("aten::index_select", {x, b.Const(d), random_index(xs[d], {b.Int(1, 5)})});
+        case 1:
+          return b.Emit("aten::flip", {x, b.Ints(RandomDims(b, rank))});
+        case 2: {
+          std::vector<int64_t> repeats;
+          for (int64_t i = 0; i < rank + b.Int(0, 1); ++i) repeats.push_back(b.Int(1, 2));
+          return b.Emit("aten::repeat", {x, b.Ints(repeats)});
+        }
+        case 3:
+          return b.Emit("aten::masked_fill",
+                        {x, b.Const(torch::rand(xs) > 0.5), b.Const(0.25)});
+        case 4:
+          if (rank < 2) return false;
+          return b.Emit(b.Coin() ? "aten::tril" : "aten::triu", {x, b.Const(b.Int(-1, 1))});
+        default:  // sign of exact zeros too
+          return b.Emit("aten::mul", {x, b.Emit("aten::sign", {b.Emit("aten::relu", {x}, false)},
+                                                false)});
+      }
     }
     case 51: {  // a recurrent layer over a [T, B, F] pool value (or [B, T, F])
       if (rank != 3 || xs[2] > 4) return false;
@@ -1148,7 +1177,7 @@ TEST(AutodiffRules, ReluMasksByItsResult) {
   EXPECT_TRUE(Close(results[0].toTensor(), eager[0], "d x"));
 }
 
-constexpr int kElementwisePrograms = 1000;
+constexpr int kElementwisePrograms = 2000;
 constexpr int kConvPrograms = 200;
 
 TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
@@ -1215,7 +1244,11 @@ TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
                          "aten::lstm",        "aten::log1p",
                          "aten::expm1",       "aten::cumsum",
                          "aten::pad",         "aten::detach",
-                         "aten::to",          "aten::matmul"}) {
+                         "aten::to",          "aten::matmul",
+                         "aten::index_select",
+                         "aten::flip",        "aten::repeat",
+                         "aten::masked_fill", "aten::tril",
+                         "aten::triu",        "aten::sign"}) {
     EXPECT_GT(stats.source_ops[op], 0) << op << " was never generated";
   }
 }

@@ -2,16 +2,17 @@
 // RemoveTensorMutation can make the in-place ops on the pieces functional
 // (gru_cell's gates); the result equals eager's; a chunk whose list is used
 // otherwise stays.
-#include <memory>
-#include <string>
+#include "compiler/split_chunks.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
 #include <torch/torch.h>
 
+#include <memory>
+#include <string>
+
 #include "compiler/lower_to_program.h"
-#include "compiler/split_chunks.h"
 #include "runtime/program.h"
 
 namespace metafuse::compiler {
@@ -41,7 +42,8 @@ std::shared_ptr<torch::jit::Graph> Parse(const char* ir) {
 
 int Count(const torch::jit::Graph& graph, const std::string& kind) {
   int n = 0;
-  for (const torch::jit::Node* node : graph.nodes()) n += node->kind().toQualString() == kind;
+  for (const torch::jit::Node* node : graph.nodes())
+    n += node->kind().toQualString() == kind;
   return n;
 }
 
@@ -55,12 +57,14 @@ TEST(SplitChunksIntoCrops, PiecesAreCropsAndTheirInPlaceOpsBecomeFunctional) {
     EXPECT_EQ(Count(*graph, in_place), 0) << in_place << "\n" << *graph;
 
   torch::manual_seed(3);
-  at::Tensor i = torch::randn({2, 6}, torch::kDouble), h = torch::randn({2, 6}, torch::kDouble);
+  at::Tensor i = torch::randn({2, 6}, torch::kDouble),
+             h = torch::randn({2, 6}, torch::kDouble);
   runtime::Program program = MakeProgram(*graph);
   auto out = program.Run({i, h});
   auto ic = i.chunk(3, 1);
   auto hc = h.split(3, 1);
-  EXPECT_TRUE(torch::allclose(out[0].toTensor(), torch::sigmoid(ic[0] + ic[1]), 0, 0));
+  EXPECT_TRUE(
+      torch::allclose(out[0].toTensor(), torch::sigmoid(ic[0] + ic[1]), 0, 0));
   EXPECT_TRUE(torch::equal(out[1].toTensor(), ic[2]));
   EXPECT_TRUE(torch::equal(out[2].toTensor(), hc[0] * hc[1]));
 }

@@ -97,6 +97,17 @@ CASES = {
     .sum(),
     "Categorical log_prob": lambda W, Wc: torch.distributions.Categorical(logits=D["x"] @ W)
     .log_prob(D["labels"]).sum(),
+    "rows at an index (repeats accumulate)": lambda W, Wc: (D["x"] @ W)[D["pixel_labels"][0]]
+    .pow(3).sum(),
+    "one value per row (x[arange(n), a])": lambda W, Wc: (D["x"] @ W)[torch.arange(6), D["labels"]]
+    .pow(3).sum(),
+    "index_select": lambda W, Wc: torch.index_select(D["x"] @ W, 1, D["labels"]).pow(3).sum(),
+    "one_hot": lambda W, Wc: ((D["x"] @ W) * F.one_hot(D["labels"], 5)).pow(3).sum(),
+    "flip, repeat, unbind": lambda W, Wc: (D["x"] @ W).flip(0, 1).cumsum(1).sin().sum()
+    + (D["x"] @ W).repeat(2, 1, 3).sin().sum() + sum(r.pow(3).sum() for r in (D["x"] @ W).unbind(1)),
+    "masked_fill, tril, triu, sign": lambda W, Wc: (D["x"] @ W).masked_fill(D["unit"] > 0.5, 2.0)
+    .pow(3).sum() + (D["x"] @ W).tril(-1).pow(3).sum() + (D["x"] @ W).triu(1).sin().sum()
+    + (torch.sign(D["x"] @ W) * (D["x"] @ W)).sum(),
 }
 
 
