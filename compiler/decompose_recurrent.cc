@@ -100,18 +100,15 @@ State Step(const Builder& b, CellKind kind, Value* x, const State& state,
       return {b.Op(kind == CellKind::kTanh ? "aten::tanh" : "aten::relu",
                    {b.Op("aten::add", {gh, gi}, shape)}, shape)};
     case CellKind::kGru: {
-      Value* r = b.Op(
-          "aten::sigmoid",
-          {b.Op("aten::add",
-                {b.Gate(gh, 0, batch, hidden), b.Gate(gi, 0, batch, hidden)},
-                shape)},
-          shape);
-      Value* z = b.Op(
-          "aten::sigmoid",
-          {b.Op("aten::add",
-                {b.Gate(gh, 1, batch, hidden), b.Gate(gi, 1, batch, hidden)},
-                shape)},
-          shape);
+      // sigmoid(hidden part + input part) of gate k
+      auto sigmoid_gate = [&](int64_t k) {
+        Value* sum =
+            b.Op("aten::add",
+                 {b.Gate(gh, k, batch, hidden), b.Gate(gi, k, batch, hidden)},
+                 shape);
+        return b.Op("aten::sigmoid", {sum}, shape);
+      };
+      Value *r = sigmoid_gate(0), *z = sigmoid_gate(1);
       Value* n = b.Op(
           "aten::tanh",
           {b.Op("aten::add",
