@@ -569,6 +569,7 @@ const RewriteTable& Rewrites() {
          }
          return Matmul(g, n);
        }},
+      {"aten::einsum", Einsum},
       {"aten::addmm",
        [](Graph& g, Node* n) -> Value* {
          auto beta = ConstantOf(n->input(3)), alpha = ConstantOf(n->input(4));

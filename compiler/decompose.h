@@ -77,7 +77,8 @@
 // group, instance norm and their native_* forms, var, std, vector norms),
 // recurrent layers by decompose_recurrent.cc (rnn_tanh, rnn_relu, gru, lstm
 // unrolled into cells), indexing by decompose_indexing.cc (index_select,
-// index, arange, one_hot, flip, repeat, masked_fill, tril / triu);
+// index, arange, one_hot, flip, repeat, masked_fill, tril / triu), einsum
+// by decompose_einsum.cc;
 // decompose_rewrite.h holds what the three files share.
 // Returns the names of the ops it could neither keep nor rewrite (empty when
 // the whole graph is in the primitive set), each followed by what was

@@ -73,6 +73,8 @@ torch::jit::Value* NormalizeOver(torch::jit::Graph& g, torch::jit::Value* x,
 // with negative pads (a copy, not a view; its derivative pads back).
 torch::jit::Value* Crop(torch::jit::Graph& g, torch::jit::Value* x, int64_t dim,
                         int64_t begin, int64_t end);
+// einsum of one or two operands (decompose_einsum.cc).
+torch::jit::Value* Einsum(torch::jit::Graph& g, torch::jit::Node* n);
 // The tensors of a list built in the graph (prim::ListConstruct), or empty.
 std::vector<torch::jit::Value*> ListElements(torch::jit::Value* list);
 // cat(pieces, dim) of static-shape pieces, without a tensor list.

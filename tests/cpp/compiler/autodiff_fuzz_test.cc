@@ -255,7 +255,7 @@ bool RandomOp(Builder& b) {
   const std::vector<int64_t> xs = b.Sizes(x);
   const int64_t rank = static_cast<int64_t>(xs.size());
   auto scalar = [&](double lo, double hi) { return b.Const(b.Real(lo, hi)); };
-  switch (b.Int(0, 54)) {
+  switch (b.Int(0, 55)) {
     // ---- elementwise unary
     case 0:
       return b.Emit("aten::neg", {x});
@@ -792,6 +792,37 @@ bool RandomOp(Builder& b) {
                                                 false)});
       }
     }
+    case 55: {  // einsum: x alone, or with a new operand sharing some indices
+      if (rank == 0 || rank > 3) return false;
+      const std::string mine = std::string("abc").substr(0, rank);
+      std::string theirs, pool = mine;
+      std::vector<int64_t> their_sizes;
+      const bool pair = b.Coin(0.75);
+      if (pair) {
+        for (int64_t i = 0; i < rank; ++i) {
+          if (b.Coin(0.6)) {
+            theirs += mine[i];
+            their_sizes.push_back(xs[i]);
+          }
+        }
+        for (char c : std::string("pq")) {
+          if (b.Coin(0.4)) {
+            theirs += c;
+            their_sizes.push_back(b.Int(1, 3));
+            pool += c;
+          }
+        }
+        if (theirs.empty()) return false;
+      }
+      std::string out;
+      for (char c : pool) {
+        if (b.Coin(0.6)) out.insert(out.begin() + b.Int(0, static_cast<int64_t>(out.size())), c);
+      }
+      const std::string equation = mine + (pair ? "," + theirs : "") + "->" + out;
+      std::vector<Value*> operands = {x};
+      if (pair) operands.push_back(b.AddInput(torch::randn(their_sizes)));
+      return b.Emit("aten::einsum", {b.Const(equation), b.List(operands)});
+    }
     case 51: {  // a recurrent layer over a [T, B, F] pool value (or [B, T, F])
       if (rank != 3 || xs[2] > 4) return false;
       const int64_t kind = b.Int(0, 3), layers = b.Int(1, 2), hidden = b.Int(1, 3);
@@ -1248,7 +1279,8 @@ TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
                          "aten::index_select",
                          "aten::flip",        "aten::repeat",
                          "aten::masked_fill", "aten::tril",
-                         "aten::triu",        "aten::sign"}) {
+                         "aten::triu",        "aten::sign",
+                         "aten::einsum"}) {
     EXPECT_GT(stats.source_ops[op], 0) << op << " was never generated";
   }
 }

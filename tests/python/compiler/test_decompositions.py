@@ -105,6 +105,11 @@ CASES = {
     "one_hot": lambda W, Wc: ((D["x"] @ W) * F.one_hot(D["labels"], 5)).pow(3).sum(),
     "flip, repeat, unbind": lambda W, Wc: (D["x"] @ W).flip(0, 1).cumsum(1).sin().sum()
     + (D["x"] @ W).repeat(2, 1, 3).sin().sum() + sum(r.pow(3).sum() for r in (D["x"] @ W).unbind(1)),
+    "einsum (attention scores, batched products, outer, sums)": lambda W, Wc: (
+        torch.einsum("bhqd,bhkd->bhqk", D["seq"] @ W, D["seq"]).sin().sum()
+        + torch.einsum("bij,jk->bik", D["seq"][0], W).square().sum()
+        + torch.einsum("i,j->ij", D["vec"] @ W, D["vec"]).sin().sum()
+        + torch.einsum("ij->j", W * W).sin().sum() + torch.einsum("ij,ij", W, W)),
     "masked_fill, tril, triu, sign": lambda W, Wc: (D["x"] @ W).masked_fill(D["unit"] > 0.5, 2.0)
     .pow(3).sum() + (D["x"] @ W).tril(-1).pow(3).sum() + (D["x"] @ W).triu(1).sin().sum()
     + (torch.sign(D["x"] @ W) * (D["x"] @ W)).sum(),
@@ -150,7 +155,8 @@ def test_gradcheck_of_the_compiled_function(name):
     (lambda W: F.binary_cross_entropy(torch.sigmoid(D["x"] @ W), D["unit"]),
      "binary_cross_entropy_with_logits is"),
     (lambda W: F.smooth_l1_loss(D["x"] @ W, D["y"], beta=0.0), "beta > 0 expected"),
-], ids=["class weights", "probabilities", "beta 0"])
+    (lambda W: torch.einsum("ii->", W), "repeated within an operand"),
+], ids=["class weights", "probabilities", "beta 0", "einsum diagonal"])
 def test_a_declined_form_falls_back_naming_the_reason(fn, reason):
     W, _ = weights()
     with pytest.warns(CompilationFallbackWarning, match=reason):
