@@ -818,13 +818,35 @@ const RewriteTable& Rewrites() {
          if (!lo || !hi) return Reject("constant min_val/max_val expected");
          return Hardtanh(g, n->input(0), *lo, *hi);
        }},
+      {"aten::reciprocal",
+       [](Graph& g, Node* n) -> Value* {
+         return InsertOp(g, "aten::div", {InsertOp(g, "aten::ones_like", {n->input(0)}), n->input(0)});
+       }},
+      {"aten::log2",
+       [](Graph& g, Node* n) -> Value* {
+         return InsertOp(g, "aten::div", {InsertOp(g, "aten::log", {n->input(0)}), g.insertConstant(M_LN2)});
+       }},
+      {"aten::log10",
+       [](Graph& g, Node* n) -> Value* {
+         return InsertOp(g, "aten::div", {InsertOp(g, "aten::log", {n->input(0)}), g.insertConstant(M_LN10)});
+       }},
+      {"aten::lerp",  // (a, b, weight scalar): a + w (b - a)
+       [](Graph& g, Node* n) -> Value* {
+         auto weight = ConstantNumber(n->input(2));
+         if (!weight) return Reject("a constant scalar weight expected");
+         Value* step = InsertOp(g, "aten::sub", {n->input(1), n->input(0)});
+         return InsertOp(g, "aten::add", {n->input(0), InsertOp(g, "aten::mul", {step, g.insertConstant(*weight)})});
+       }},
       {"aten::relu6",  // hardtanh(x, 0, 6), as eager's
        [](Graph& g, Node* n) -> Value* { return Hardtanh(g, n->input(0), 0.0, 6.0); }},
-      {"aten::clamp",  // scalar bounds; gradient 1 at the bounds, as eager
+      {"aten::clamp",  // gradient 1 at the bounds, as eager
        [](Graph& g, Node* n) -> Value* {
-         if (n->input(1)->type()->kind() == c10::TypeKind::TensorType ||
-             n->input(2)->type()->kind() == c10::TypeKind::TensorType) {
-           return Reject("scalar bounds expected");
+         const bool lo_tensor = IsTensor(n->input(1)), hi_tensor = IsTensor(n->input(2));
+         if (lo_tensor || hi_tensor) {  // one tensor bound: where's, with its gradient
+           if (!IsNone(n->input(lo_tensor ? 2 : 1)))
+             return Reject("scalar bounds, or one tensor bound, expected");
+           Value *x = n->input(0), *bound = n->input(lo_tensor ? 1 : 2);
+           return Select(g, lo_tensor ? "aten::lt" : "aten::gt", x, bound, bound, x);
          }
          std::optional<double> lo, hi;
          if (!IsNone(n->input(1)) && !(lo = ConstantNumber(n->input(1))))

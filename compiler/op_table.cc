@@ -47,6 +47,11 @@ const std::vector<PrimitiveOp>& PrimitiveOps() {
       {"aten::contiguous", F::kElementwise, true, X::kNone},
       // stops the gradient (its output is a constant to the derivative)
       {"aten::detach", F::kElementwise, false, X::kNone},
+      // piecewise constant: no gradient, as eager's zero one
+      {"aten::floor", F::kElementwise, false, X::kNone},
+      {"aten::ceil", F::kElementwise, false, X::kNone},
+      {"aten::round", F::kElementwise, false, X::kNone},
+      {"aten::trunc", F::kElementwise, false, X::kNone},
       // reductions
       {"aten::sum", F::kReduction, true, X::kNone},
       {"aten::mean", F::kReduction, true, X::kNone},

@@ -9,7 +9,8 @@
 //                 pow(Tensor, Scalar) sin cos abs erf log1p expm1 where gt lt
 //                 ge le eq
 //                 type_as zeros_like ones_like clone contiguous detach (no
-//                 gradient: it stops the derivative)
+//                 gradient: it stops the derivative), floor ceil round trunc
+//                 (no gradient, as eager's zero)
 //   reductions    sum sum.dim_IntList mean mean.dim logsumexp amax
 //   shape         reshape view expand sum_to_size t transpose unsqueeze
 //                 squeeze.dim size numel flatten permute

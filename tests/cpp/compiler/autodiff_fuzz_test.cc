@@ -255,7 +255,7 @@ bool RandomOp(Builder& b) {
   const std::vector<int64_t> xs = b.Sizes(x);
   const int64_t rank = static_cast<int64_t>(xs.size());
   auto scalar = [&](double lo, double hi) { return b.Const(b.Real(lo, hi)); };
-  switch (b.Int(0, 55)) {
+  switch (b.Int(0, 56)) {
     // ---- elementwise unary
     case 0:
       return b.Emit("aten::neg", {x});
@@ -823,6 +823,30 @@ bool RandomOp(Builder& b) {
       if (pair) operands.push_back(b.AddInput(torch::randn(their_sizes)));
       return b.Emit("aten::einsum", {b.Const(equation), b.List(operands)});
     }
+    case 56: {  // reciprocal, log2 / log10, lerp, a tensor clamp, rounding
+      switch (b.Int(0, 4)) {
+        case 0:
+          return b.Emit("aten::reciprocal", {Positive(b, x, 0.5)});
+        case 1:
+          return b.Emit(b.Coin() ? "aten::log2" : "aten::log10", {Positive(b, x, 0.5)});
+        case 2: {
+          Value* y = b.Pick();
+          if (b.Sizes(y) != xs) return false;
+          return b.Emit("aten::lerp", {x, y, b.Const(0.3)});
+        }
+        case 3: {  // clamp from below by a pool value
+          Value* y = b.Pick();
+          if (!Broadcastable(xs, b.Sizes(y)) || b.Sizes(y).size() > xs.size()) return false;
+          return b.Emit("aten::clamp", {x, y, b.Const(c10::IValue())});
+        }
+        default: {  // plus the floor / round of a fresh input (exact in both:
+                    // of a computed value, one rounding apart could jump by 1)
+          Value* fresh = b.AddInput(torch::randn(xs) * 3);
+          return b.Emit("aten::add", {x, b.Emit(b.Coin() ? "aten::floor" : "aten::round",
+                                                {fresh}, false)});
+        }
+      }
+    }
     case 51: {  // a recurrent layer over a [T, B, F] pool value (or [B, T, F])
       if (rank != 3 || xs[2] > 4) return false;
       const int64_t kind = b.Int(0, 3), layers = b.Int(1, 2), hidden = b.Int(1, 3);
@@ -1280,7 +1304,10 @@ TEST(AutodiffFuzz, RandomProgramsMatchAutogradToSecondOrder) {
                          "aten::flip",        "aten::repeat",
                          "aten::masked_fill", "aten::tril",
                          "aten::triu",        "aten::sign",
-                         "aten::einsum"}) {
+                         "aten::einsum",      "aten::reciprocal",
+                         "aten::log2",        "aten::log10",
+                         "aten::lerp",        "aten::floor",
+                         "aten::round"}) {
     EXPECT_GT(stats.source_ops[op], 0) << op << " was never generated";
   }
 }

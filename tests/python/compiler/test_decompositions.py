@@ -110,6 +110,12 @@ CASES = {
         + torch.einsum("bij,jk->bik", D["seq"][0], W).square().sum()
         + torch.einsum("i,j->ij", D["vec"] @ W, D["vec"]).sin().sum()
         + torch.einsum("ij->j", W * W).sin().sum() + torch.einsum("ij,ij", W, W)),
+    "reciprocal, log2, log10, lerp": lambda W, Wc: ((D["x"] @ W).square() + 1).reciprocal().sum()
+    + torch.log2((D["x"] @ W).square() + 1).sum() + torch.log10((D["x"] @ W).square() + 1).sum()
+    + torch.lerp(D["x"], D["x"] @ W, 0.3).sin().sum(),
+    "clamp by a tensor, floor, round": lambda W, Wc: torch.clamp(D["x"] @ W, min=D["y"]).sin().sum()
+    + torch.clamp(D["x"] @ W, max=D["y"]).sin().sum() + ((D["x"] @ W) - (D["x"] @ W).floor()).sum()
+    + ((D["x"] @ W).round() * (D["x"] @ W)).sum(),
     "masked_fill, tril, triu, sign": lambda W, Wc: (D["x"] @ W).masked_fill(D["unit"] > 0.5, 2.0)
     .pow(3).sum() + (D["x"] @ W).tril(-1).pow(3).sum() + (D["x"] @ W).triu(1).sin().sum()
     + (torch.sign(D["x"] @ W) * (D["x"] @ W)).sum(),
