@@ -123,12 +123,11 @@ bool SameLeadingSize(Value* a, Value* b) {
 Value* Matmul(Graph& g, Node* n) {
   Value *a = n->input(0), *b = n->input(1);
   auto sa = StaticSizes(a), sb = StaticSizes(b), out = StaticSizes(n->output());
-  auto type = a->type()->cast<c10::TensorType>();
-  if (!sa || !sb || !out || sa->empty() || sb->empty() || !type)
+  Value* like = a;  // (the dtype and device of every intermediate)
+  if (!sa || !sb || !out || sa->empty() || sb->empty() || !IsTensor(a))
     return Reject("operands and a result of static shape expected");
   auto typed = [&](Value* v, const std::vector<int64_t>& sizes) {
-    v->setType(type->withSizes(sizes));
-    return v;
+    return WithSizes(v, like, sizes);
   };
   auto reshape = [&](Value* v, const std::vector<int64_t>& sizes) {
     return typed(InsertOp(g, "aten::reshape", {v, g.insertConstant(sizes)}), sizes);
@@ -475,6 +474,11 @@ int64_t Count(const std::vector<int64_t>& sizes) {
 
 Value* WithTypeOf(Value* v, Value* like) {
   v->setType(like->type());
+  return v;
+}
+
+Value* WithSizes(Value* v, Value* like, const std::vector<int64_t>& sizes) {
+  v->setType(like->type()->expect<c10::TensorType>()->withSizes(sizes));
   return v;
 }
 

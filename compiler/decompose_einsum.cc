@@ -33,15 +33,6 @@ struct Operand {
   std::vector<int64_t> sizes;
 };
 
-// Inserts op(args) with static `sizes` of `like`'s dtype and device.
-Value* Typed(Graph& g, Value* like, const char* op,
-             std::vector<torch::jit::NamedValue> args,
-             const std::vector<int64_t>& sizes) {
-  Value* v = InsertOp(g, op, std::move(args));
-  v->setType(like->type()->expect<c10::TensorType>()->withSizes(sizes));
-  return v;
-}
-
 // Sums the operand over the letters not in `keep` (keepdim false).
 void SumAway(Graph& g, Operand& x, const std::string& keep) {
   std::vector<int64_t> dims, sizes;
@@ -55,9 +46,10 @@ void SumAway(Graph& g, Operand& x, const std::string& keep) {
     }
   }
   if (dims.empty()) return;
-  x.value =
-      Typed(g, x.value, "aten::sum",
-            {x.value, g.insertConstant(dims), g.insertConstant(false)}, sizes);
+  x.value = WithSizes(
+      InsertOp(g, "aten::sum",
+               {x.value, g.insertConstant(dims), g.insertConstant(false)}),
+      x.value, sizes);
   x.letters = letters;
   x.sizes = sizes;
 }
@@ -71,8 +63,9 @@ void Arrange(Graph& g, Operand& x, const std::string& order) {
     perm.push_back(static_cast<int64_t>(at));
     sizes.push_back(x.sizes[at]);
   }
-  x.value = Typed(g, x.value, "aten::permute",
-                  {x.value, g.insertConstant(perm)}, sizes);
+  x.value =
+      WithSizes(InsertOp(g, "aten::permute", {x.value, g.insertConstant(perm)}),
+                x.value, sizes);
   x.letters = order;
   x.sizes = sizes;
 }
@@ -163,23 +156,23 @@ Value* Einsum(Graph& g, Node* n) {
   Arrange(g, b, batch + contracted + right);
   const int64_t nb = SizeOf(a, batch), nl = SizeOf(a, left),
                 nc = SizeOf(a, contracted), nr = SizeOf(b, right);
-  Value* a3 =
-      Typed(g, a.value, "aten::reshape",
-            {a.value, g.insertConstant(std::vector<int64_t>{nb, nl, nc})},
-            {nb, nl, nc});
-  Value* b3 =
-      Typed(g, b.value, "aten::reshape",
-            {b.value, g.insertConstant(std::vector<int64_t>{nb, nc, nr})},
-            {nb, nc, nr});
-  Operand product{Typed(g, a.value, "aten::bmm", {a3, b3}, {nb, nl, nr}),
-                  batch + left + right,
-                  {}};
+  auto as_3d = [&](Value* v, const std::vector<int64_t>& sizes) {
+    return WithSizes(InsertOp(g, "aten::reshape", {v, g.insertConstant(sizes)}),
+                     v, sizes);
+  };
+  Value* a3 = as_3d(a.value, {nb, nl, nc});
+  Value* b3 = as_3d(b.value, {nb, nc, nr});
+  Operand product{
+      WithSizes(InsertOp(g, "aten::bmm", {a3, b3}), a.value, {nb, nl, nr}),
+      batch + left + right,
+      {}};
   for (char c : batch + left)
     product.sizes.push_back(a.sizes[a.letters.find(c)]);
   for (char c : right) product.sizes.push_back(b.sizes[b.letters.find(c)]);
   product.value =
-      Typed(g, product.value, "aten::reshape",
-            {product.value, g.insertConstant(product.sizes)}, product.sizes);
+      WithSizes(InsertOp(g, "aten::reshape",
+                         {product.value, g.insertConstant(product.sizes)}),
+                product.value, product.sizes);
   Arrange(g, product, output);
   return InsertOp(g, "aten::contiguous", {product.value});
 }

@@ -20,11 +20,6 @@ using torch::jit::Value;
 
 namespace {
 
-Value* TypedAs(Value* v, Value* like, const std::vector<int64_t>& sizes) {
-  v->setType(like->type()->expect<c10::TensorType>()->withSizes(sizes));
-  return v;
-}
-
 // x's entries at `index` (1-D, [k]) along dim: index_select (x's sizes with
 // that dim k).
 Value* SelectAlong(Graph& g, Value* x, int64_t dim, Value* index, int64_t k) {
@@ -37,12 +32,12 @@ Value* SelectAlong(Graph& g, Value* x, int64_t dim, Value* index, int64_t k) {
   column[dim] = k;
   picked[dim] = k;
   Value* shaped =
-      TypedAs(InsertOp(g, "aten::reshape", {index, g.insertConstant(column)}),
-              index, column);
+      WithSizes(InsertOp(g, "aten::reshape", {index, g.insertConstant(column)}),
+                index, column);
   Value* spread =
-      TypedAs(InsertOp(g, "aten::expand", {shaped, g.insertConstant(picked)}),
-              index, picked);
-  return TypedAs(
+      WithSizes(InsertOp(g, "aten::expand", {shaped, g.insertConstant(picked)}),
+                index, picked);
+  return WithSizes(
       InsertOp(g, "aten::gather", {x, g.insertConstant(dim), spread}), x,
       picked);
 }
@@ -106,7 +101,7 @@ const RewriteTable& IndexingRewrites() {
            auto shape = StaticSizes(indices[0]);
            if (!shape) return Reject("an index of static shape expected");
            const int64_t k = Count(*shape);
-           Value* flat = TypedAs(
+           Value* flat = WithSizes(
                InsertOp(
                    g, "aten::reshape",
                    {indices[0], g.insertConstant(std::vector<int64_t>{k})}),
@@ -126,16 +121,16 @@ const RewriteTable& IndexingRewrites() {
            std::vector<int64_t> one_per_row = column;
            for (size_t d = 2; d < column.size(); ++d) one_per_row[d] = 1;
            Value* shaped =
-               TypedAs(InsertOp(g, "aten::reshape",
-                                {indices[1], g.insertConstant(one_per_row)}),
-                       indices[1], one_per_row);
-           Value* spread = TypedAs(
+               WithSizes(InsertOp(g, "aten::reshape",
+                                  {indices[1], g.insertConstant(one_per_row)}),
+                         indices[1], one_per_row);
+           Value* spread = WithSizes(
                InsertOp(g, "aten::expand", {shaped, g.insertConstant(column)}),
                indices[1], column);
            Value* picked =
-               TypedAs(InsertOp(g, "aten::gather",
-                                {n->input(0), g.insertConstant(1), spread}),
-                       n->input(0), column);
+               WithSizes(InsertOp(g, "aten::gather",
+                                  {n->input(0), g.insertConstant(1), spread}),
+                         n->input(0), column);
            return InsertOp(g, "aten::reshape",
                            {picked, g.insertConstant(*out)});
          }
@@ -169,9 +164,9 @@ const RewriteTable& IndexingRewrites() {
          std::vector<int64_t> column = *index;
          column.push_back(1);
          Value* shaped =
-             TypedAs(InsertOp(g, "aten::reshape",
-                              {n->input(0), g.insertConstant(column)}),
-                     n->input(0), column);
+             WithSizes(InsertOp(g, "aten::reshape",
+                                {n->input(0), g.insertConstant(column)}),
+                       n->input(0), column);
          Value* classes =
              g.insertConstant(torch::arange(out->back(), at::kLong));
          Value* hit = InsertOp(g, "aten::eq", {shaped, classes});
@@ -214,15 +209,15 @@ const RewriteTable& IndexingRewrites() {
            stretched.insert(stretched.end(), {(*repeats)[d], padded[d]});
            merged.push_back((*repeats)[d] * padded[d]);
          }
-         Value* x = TypedAs(InsertOp(g, "aten::reshape",
-                                     {n->input(0), g.insertConstant(spaced)}),
-                            n->input(0), spaced);
-         x = TypedAs(
+         Value* x = WithSizes(InsertOp(g, "aten::reshape",
+                                       {n->input(0), g.insertConstant(spaced)}),
+                              n->input(0), spaced);
+         x = WithSizes(
              InsertOp(g, "aten::expand", {x, g.insertConstant(stretched)}),
              n->input(0), stretched);
          // (reshape may keep the stretched dims as a stride-0 view; eager's
          // repeat is contiguous, and a later view may need that)
-         Value* out = TypedAs(
+         Value* out = WithSizes(
              InsertOp(g, "aten::reshape", {x, g.insertConstant(merged)}),
              n->input(0), merged);
          return InsertOp(g, "aten::contiguous", {out});

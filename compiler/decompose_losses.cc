@@ -86,6 +86,20 @@ Value* PiecewiseError(Graph& g, Value* a, Value* b, int64_t reduction,
       reduction);
 }
 
+// smooth_l1_loss (a, b, reduction, beta) / huber_loss (a, b, reduction,
+// delta). Beta 0 (L1) is declined: eager's gradient at a zero difference is
+// then +1, not abs's 0.
+Value* PiecewiseLoss(Graph& g, Node* n, bool huber) {
+  const int64_t reduction = ReductionOf(n, 2);
+  auto threshold = ConstantNumber(n->input(3));
+  if (reduction < 0 || !threshold || *threshold <= 0) {
+    return Reject(huber ? "a constant reduction and delta > 0 expected"
+                        : "a constant reduction and beta > 0 expected");
+  }
+  return PiecewiseError(g, n->input(0), n->input(1), reduction, *threshold,
+                        huber);
+}
+
 // nll_loss / nll_loss_nd (log_probs, target, weight, reduction, ignore_index).
 Value* NllLoss(Graph& g, Node* n) {
   const int64_t reduction = ReductionOf(n, 3);
@@ -117,24 +131,9 @@ const RewriteTable& LossRewrites() {
              reduction);
        }},
       {"aten::smooth_l1_loss",  // (a, b, reduction, beta)
-       [](Graph& g, Node* n) -> Value* {
-         const int64_t reduction = ReductionOf(n, 2);
-         auto beta = ConstantNumber(n->input(3));
-         // (beta 0: eager's gradient at a zero difference is +1, not abs's 0)
-         if (reduction < 0 || !beta || *beta <= 0)
-           return Reject("a constant reduction and beta > 0 expected");
-         return PiecewiseError(g, n->input(0), n->input(1), reduction, *beta,
-                               false);
-       }},
+       [](Graph& g, Node* n) { return PiecewiseLoss(g, n, false); }},
       {"aten::huber_loss",  // (a, b, reduction, delta)
-       [](Graph& g, Node* n) -> Value* {
-         const int64_t reduction = ReductionOf(n, 2);
-         auto delta = ConstantNumber(n->input(3));
-         if (reduction < 0 || !delta || *delta <= 0)
-           return Reject("a constant reduction and delta > 0 expected");
-         return PiecewiseError(g, n->input(0), n->input(1), reduction, *delta,
-                               true);
-       }},
+       [](Graph& g, Node* n) { return PiecewiseLoss(g, n, true); }},
       {"aten::nll_loss", NllLoss},
       {"aten::nll_loss_nd", NllLoss},
       {"aten::cross_entropy_loss",

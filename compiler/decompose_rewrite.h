@@ -54,6 +54,11 @@ std::optional<std::vector<int64_t>> StaticSizes(torch::jit::Value* v);
 // (rules that read their input's rank need it known).
 torch::jit::Value* WithTypeOf(torch::jit::Value* v, torch::jit::Value* like);
 
+// v with `like`'s dtype and device and static `sizes` (a result whose shape
+// is known where rules read ranks).
+torch::jit::Value* WithSizes(torch::jit::Value* v, torch::jit::Value* like,
+                             const std::vector<int64_t>& sizes);
+
 // A tensor like x filled with c (no gradient flows to it).
 torch::jit::Value* Filled(torch::jit::Graph& g, torch::jit::Value* x, double c);
 // where(cmp(x, y), a, b); every branch must be finite (the untaken one gets
