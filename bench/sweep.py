@@ -26,6 +26,9 @@ Variants, alternating meta-steps in one run on the same tasks:
   - compiled per task: metafuse.compile_inner_loop, task by task
   - compiled batched : metafuse.vmap of adapt + query loss (one program for
                      the meta-batch)
+  - compiled chunked : with --chunk-size K only: the same metafuse.vmap with
+                     chunk_size=K (K tasks' saved values alive at a time, each
+                     chunk run again in the backward)
 Each thread count runs in its own process (torch.set_num_threads and
 OMP_NUM_THREADS; an empty kernel cache of its own, so the first call of a
 compiled variant is a cold compile). Peak tensor memory: one fresh process
@@ -33,7 +36,8 @@ per (model, optimizer, variant), 1 thread, like bench/maml_compiled.py.
 
     PYTHONPATH=frontend/python /usr/bin/python3 bench/sweep.py \\
         [--models sinusoid,conv,resnet,gru] [--threads 1,2] \\
-        [--optimizers sgd,adam] [--repeats N] [--small] [--json OUT]
+        [--optimizers sgd,adam] [--repeats N] [--small] [--chunk-size K] \\
+        [--json OUT]
 """
 
 import argparse
@@ -55,7 +59,13 @@ import metafuse as mf
 
 VARIANTS = ("eager metafuse", "plain PyTorch", "functorch vmap", "compiled per task",
             "compiled batched")
-COMPILED = ("compiled per task", "compiled batched")
+CHUNKED = "compiled chunked"
+COMPILED = ("compiled per task", "compiled batched", CHUNKED)
+CHUNK_SIZE = None  # --chunk-size: adds the CHUNKED variant
+
+
+def variant_names():
+    return VARIANTS + ((CHUNKED,) if CHUNK_SIZE else ())
 INNER_STEPS = 5
 ADAM_EPS_ROOT = 1e-10
 # Meta-gradients of the first meta-step, each variant's: the largest over
@@ -273,12 +283,13 @@ class Variant:
         if name in COMPILED:
             tx = mf.sgd(self.lr) if opt == "sgd" else mf.adam(self.lr, eps_root=ADAM_EPS_ROOT)
             self.adapt = mf.compile_inner_loop(self.compiled_loss, tx, steps=INNER_STEPS)
-        if name == "compiled batched":
+        if name in ("compiled batched", CHUNKED):
             self.batched = mf.vmap(
-                lambda p, s, q: self.compiled_loss(self.adapt(p, *s), *q), in_dims=(None, 0, 0))
+                lambda p, s, q: self.compiled_loss(self.adapt(p, *s), *q), in_dims=(None, 0, 0),
+                chunk_size=CHUNK_SIZE if name == CHUNKED else None)
         self.run = {"eager metafuse": self.eager, "plain PyTorch": self.plain,
                     "functorch vmap": self.functorch, "compiled per task": self.per_task,
-                    "compiled batched": self.batched_loss}[name]
+                    "compiled batched": self.batched_loss, CHUNKED: self.batched_loss}[name]
 
     def compiled_loss(self, p, x, *targets):
         return self.model.criterion(mf.functional_call(self.net, p, x), *targets)
@@ -401,7 +412,7 @@ def time_cell(model, opt, repeats):
     meta-gradient is compared with plain PyTorch's), then `repeats` timed
     meta-steps, variants alternating (forward, then reversed order)."""
     variants, cells = [], {}
-    for name in VARIANTS:
+    for name in variant_names():
         try:
             variants.append(Variant(name, model, opt))
         except Exception as e:  # noqa: BLE001  a variant that cannot even be built
@@ -501,7 +512,8 @@ def run_child(args, threads, extra, timeout):
     cmd = [sys.executable, __file__, "--child-threads", str(threads),
            "--models", ",".join(args.models), "--optimizers", ",".join(args.optimizers),
            "--repeats", str(args.repeats)] + (["--small"] if args.small else []) + (
-               ["--float64"] if args.float64 else []) + extra
+               ["--float64"] if args.float64 else []) + (
+               ["--chunk-size", str(args.chunk_size)] if args.chunk_size else []) + extra
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True, env=env,
                          timeout=timeout)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -542,7 +554,7 @@ def table(result):
         for threads, cells in by_threads.items():
             eager = cells["eager metafuse"].get("median_ms")
             plain = cells["plain PyTorch"].get("median_ms")
-            for name in VARIANTS:
+            for name in [n for n in VARIANTS + (CHUNKED,) if n in cells]:
                 c = cells[name]
                 ms = c.get("median_ms")
                 mem = result["memory"].get(key, {}).get(name, {})
@@ -582,10 +594,11 @@ def summary(result):
                          f"{fmt(s, '.2f')}x, {verdict}")
     for key, memory in result["memory"].items():
         eager = memory.get("eager metafuse", {}).get("peak_tensor_mib")
-        batched = memory.get("compiled batched", {}).get("peak_tensor_mib")
-        if eager is not None and batched is not None:
-            lines.append(f"- memory {key}: compiled batched {batched:.2f} MiB vs eager "
-                         f"{eager:.2f} MiB, {'met' if batched <= eager else 'NOT met'}")
+        for name in ("compiled batched", CHUNKED):
+            batched = memory.get(name, {}).get("peak_tensor_mib")
+            if eager is not None and batched is not None:
+                lines.append(f"- memory {key}: {name} {batched:.2f} MiB vs eager "
+                             f"{eager:.2f} MiB, {'met' if batched <= eager else 'NOT met'}")
     return "\n".join(lines)
 
 
@@ -605,6 +618,8 @@ def main():
                         help="run in float64 (to tell rounding from a wrong gradient)")
     parser.add_argument("--no-memory", action="store_true",
                         help="skip the peak-memory processes")
+    parser.add_argument("--chunk-size", type=int, metavar="K",
+                        help="also run metafuse.vmap with chunk_size=K ('compiled chunked')")
     parser.add_argument("--json", help="also write the measurements to this file")
     parser.add_argument("--table-from", metavar="JSON",
                         help="print the table and summary of an earlier --json file")
@@ -619,6 +634,10 @@ def main():
             parser.error(f"--optimizers: unknown optimizer {o!r}, expected sgd and/or adam")
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
+    if args.chunk_size is not None and args.chunk_size < 1:
+        parser.error("--chunk-size must be >= 1")
+    global CHUNK_SIZE
+    CHUNK_SIZE = args.chunk_size
     if args.child_threads is not None:
         child(args)
         return
@@ -633,6 +652,7 @@ def main():
     started = time.time()
     result = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv),
               "load_average_start": load, "small": args.small, "repeats": args.repeats,
+              "chunk_size": args.chunk_size,
               "truth_factor": TRUTH_FACTOR, "float64_tolerance": FLOAT64_TOLERANCE,
               "float64": args.float64,
               "memory_note": "1 thread, oneDNN off (see memory_of)", "cells": {}, "memory": {}}
@@ -648,7 +668,7 @@ def main():
                 sub = argparse.Namespace(**dict(vars(args), models=[m], optimizers=[opt]))
                 result["memory"][key] = {
                     name: run_child(sub, 1, ["--memory-variant", name], 1800)
-                    for name in VARIANTS}
+                    for name in variant_names()}
     result["load_average_end"] = os.getloadavg()
     result["wall_s"] = time.time() - started
     print(f"meta-step sweep, {args.repeats} timed meta-steps per variant (median), "

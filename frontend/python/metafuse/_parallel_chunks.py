@@ -28,7 +28,9 @@ import threading
 import torch
 
 from metafuse import tree as _tree
-from metafuse._task_arguments import apply_to_arguments, unflatten_arguments
+from metafuse._task_arguments import (ChunkGradients, apply_to_arguments, chunk_gradients,
+                                      chunk_leaves,
+                                      unflatten_arguments)
 
 __all__ = ["chunk_bounds", "run_in_parallel"]
 
@@ -74,23 +76,13 @@ def _on_threads(calls):
     return [f.result() for f in futures]
 
 
-def _chunk_args(leaves, leaf_dims, start, stop):
-    """One chunk's leaves, detached (each chunk its own graph): mapped
-    leaves narrowed to the chunk, shared ones whole."""
-    out = []
-    for leaf, dim in zip(leaves, leaf_dims):
-        piece = leaf.detach() if dim is None else leaf.detach().narrow(dim, start, stop - start)
-        out.append(piece.requires_grad_(leaf.requires_grad))
-    return out
-
-
 class _Chunks(torch.autograd.Function):
     @staticmethod
     def forward(ctx, plan, *leaves):
         run, specs, leaf_dims, bounds, out_dims, grad_enabled = plan
 
         def one(start, stop):
-            inputs = _chunk_args(leaves, leaf_dims, start, stop)
+            inputs = chunk_leaves(leaves, leaf_dims, start, stop)
             with torch.set_grad_enabled(grad_enabled):
                 outputs, out_spec = _tree.flatten(run(*unflatten_arguments(specs, inputs)))
             return inputs, outputs, out_spec
@@ -114,35 +106,14 @@ class _Chunks(torch.autograd.Function):
                 "METAFUSE_VMAP_STRATEGY=batched to differentiate it again")
         def one(i):
             inputs, outputs = ctx.chunks[i]
-            start, stop = ctx.bounds[i]
-            pairs = [(o, g.narrow(d, start, stop - start))
-                     for o, g, d in zip(outputs, grad_outputs, ctx.out_dims)
-                     if o.requires_grad and g is not None]
-            wanted = [t for t in inputs if t.requires_grad]
-            if not pairs or not wanted:
-                return [None] * len(inputs)
-            found = iter(torch.autograd.grad([o for o, _ in pairs], wanted,
-                                             [g for _, g in pairs], allow_unused=True))
-            return [next(found) if t.requires_grad else None for t in inputs]
+            return chunk_gradients(inputs, outputs, grad_outputs, ctx.out_dims, *ctx.bounds[i])
 
         per_chunk = _on_threads([lambda i=i: one(i) for i in range(len(ctx.chunks))])
-        grads = []
-        for j, dim in enumerate(ctx.leaf_dims):
-            pieces = [chunk[j] for chunk in per_chunk]
-            if all(p is None for p in pieces):
-                grads.append(None)
-                continue
-            inputs = [ctx.chunks[i][0][j] for i in range(len(per_chunk))]
-            pieces = [torch.zeros_like(x) if p is None else p for p, x in zip(pieces, inputs)]
-            if dim is None:  # shared: chunk 0 first, then each next one
-                total = pieces[0]
-                for p in pieces[1:]:
-                    total = total + p
-                grads.append(total)
-            else:
-                grads.append(torch.cat(pieces, dim=dim))
+        merged = ChunkGradients(ctx.leaf_dims)
+        for grads, (inputs, _) in zip(per_chunk, ctx.chunks):
+            merged.add(grads, inputs)
         ctx.chunks = None
-        return (None, *grads)
+        return (None, *merged.result())
 
 
 def run_in_parallel(run, args, dims, bounds, out_dims):

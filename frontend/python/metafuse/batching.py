@@ -55,6 +55,7 @@ import torch
 from metafuse import _batched_tensors
 from metafuse import _cost_timing
 from metafuse import _parallel_chunks
+from metafuse import _recomputed_chunks
 from metafuse import _task_gradients
 from metafuse import tree as _tree
 from metafuse.compiler import CompilationFallbackWarning, CompiledFunction
@@ -108,6 +109,13 @@ def _has_grouped_convolutions(compiled, args):
     report = entry[0].fusion_report()
     return any(report.get(part, {}).get("grouped_convolutions", 0)
                for part in ("forward", "backward"))
+
+
+def _gradient_may_follow(args):
+    """Grad mode is on and some argument's tensor requires grad."""
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad
+        for arg in args for t in _tree.leaves(arg))
 
 
 def _check_dim(dim, what):
@@ -332,9 +340,7 @@ class BatchedFunction:
             if run is None:
                 run = CompiledFunction(self.fn, key[2], closure_owner=self._closure_owner)
                 self._task_programs[key] = run
-        wants_grad = torch.is_grad_enabled() and any(
-            isinstance(t, torch.Tensor) and t.requires_grad
-            for arg in args for t in _tree.leaves(arg))
+        wants_grad = _gradient_may_follow(args)
         if wants_grad and self._scalar_tasks.get(key, True):
             try:
                 return _task_gradients.run_tasks_with_gradients(
@@ -447,11 +453,22 @@ class BatchedFunction:
         return self._program_for(args, dims)
 
     def _in_chunks(self, args, dims, size, chunk_size):
-        """chunk_size tasks per call, outputs concatenated in task order."""
-        pieces = []
-        for start in range(0, size, chunk_size):
-            chunk = self._narrow(args, dims, start, min(size, start + chunk_size))
-            pieces.append(_tree.flatten(self._program_for(chunk, dims)(*chunk)))
+        """chunk_size tasks per call, outputs concatenated in task order.
+        Where a gradient may follow, one chunk's saved values at a time:
+        each chunk runs again in the backward (_recomputed_chunks)."""
+        bounds = [(start, min(size, start + chunk_size)) for start in range(0, size, chunk_size)]
+        program = self._program_for(args, dims)
+        if _gradient_may_follow(args):
+            for start, stop in {stop - start: (start, stop) for start, stop in bounds}.values():
+                chunk = self._narrow(args, dims, start, stop)
+                if not program.has_program(*chunk):
+                    with torch.no_grad():
+                        program(*chunk)  # compiled first: tracing draws random numbers
+            return _recomputed_chunks.run_recomputed(
+                program, args, dims, bounds, self._out_dims,
+                keeps_random=self.randomness != "error")
+        pieces = [_tree.flatten(program(*self._narrow(args, dims, start, stop)))
+                  for start, stop in bounds]
         spec = pieces[0][1]
         count = len(pieces[0][0])
         return _tree.unflatten(spec, [torch.cat([p[0][j] for p in pieces], dim=d)
