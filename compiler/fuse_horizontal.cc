@@ -1,9 +1,7 @@
 #include "compiler/fuse_horizontal.h"
 
 #include <map>
-#include <queue>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "compiler/fusion_group.h"
 #include "compiler/lower_fusion_group.h"
@@ -15,24 +13,17 @@ using torch::jit::Value;
 
 namespace {
 
-// True if some node of `earlier` (all before `node`) is an ancestor of it.
-bool DependsOnAny(Node* node, const std::unordered_set<Node*>& earlier, Node* earliest) {
-  std::vector<Node*> stack = {node};
-  std::unordered_set<Node*> seen;
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (Value* in : n->inputs()) {
-      Node* p = in->node();
-      if (p->kind() == torch::jit::prim::Param || p->owningBlock() != node->owningBlock() ||
-          p->isBefore(earliest) || !seen.insert(p).second) {
-        continue;
-      }
-      if (earlier.count(p)) return true;
-      stack.push_back(p);
+// The first node that reads one of `node`'s outputs (nullptr: none but the
+// return).
+Node* FirstReader(Node* node) {
+  Node* first = nullptr;
+  for (Value* out : node->outputs()) {
+    for (const torch::jit::Use& use : out->uses()) {
+      if (use.user->kind() == torch::jit::prim::Return) continue;
+      if (first == nullptr || use.user->isBefore(first)) first = use.user;
     }
   }
-  return false;
+  return first;
 }
 
 void Merge(torch::jit::Graph* graph, const std::vector<Node*>& bucket) {
@@ -54,53 +45,16 @@ void Merge(torch::jit::Graph* graph, const std::vector<Node*>& bucket) {
     }
   }
   for (Node* g : bucket) g->destroy();
-  // Placed after the last member, the merged node is already in order unless
-  // an earlier member's output was read before that point.
-  RestoreOrderAround(merged);
+  // After the last member and before every reader (the bucket's rule).
+  for (Value* out : merged->outputs()) {
+    for (const torch::jit::Use& use : out->uses()) {
+      TORCH_CHECK(use.user->kind() == torch::jit::prim::Return || use.user->isAfter(merged),
+                  "FuseHorizontally: a merged group's output is read before it");
+    }
+  }
 }
 
 }  // namespace
-
-void RestoreOrderAround(Node* node) {
-  for (Value* out : node->outputs()) {
-    for (const torch::jit::Use& use : out->uses()) {
-      if (use.user->kind() != torch::jit::prim::Return && !use.user->isAfter(node)) {
-        ReorderTopologically(node->owningBlock());
-        return;
-      }
-    }
-  }
-}
-
-void ReorderTopologically(torch::jit::Block* block) {
-  std::vector<Node*> nodes(block->nodes().begin(), block->nodes().end());
-  std::unordered_map<Node*, size_t> index, pending;
-  for (size_t i = 0; i < nodes.size(); ++i) index[nodes[i]] = i;
-  for (Node* n : nodes) {
-    size_t count = 0;
-    for (Value* in : n->inputs()) count += index.count(in->node());
-    pending[n] = count;
-  }
-  auto later = [&](Node* a, Node* b) { return index[a] > index[b]; };
-  std::priority_queue<Node*, std::vector<Node*>, decltype(later)> ready(later);
-  for (Node* n : nodes) {
-    if (pending[n] == 0) ready.push(n);
-  }
-  std::vector<Node*> order;
-  while (!ready.empty()) {
-    Node* n = ready.top();
-    ready.pop();
-    order.push_back(n);
-    for (Value* out : n->outputs()) {
-      for (const torch::jit::Use& use : out->uses()) {
-        auto it = pending.find(use.user);
-        if (it != pending.end() && --it->second == 0) ready.push(use.user);
-      }
-    }
-  }
-  TORCH_CHECK(order.size() == nodes.size(), "ReorderTopologically: the block has a cycle");
-  for (Node* n : order) n->moveBefore(block->return_node());
-}
 
 HorizontalFusionStats FuseHorizontally(const std::shared_ptr<torch::jit::Graph>& graph) {
   HorizontalFusionStats stats;
@@ -122,13 +76,25 @@ HorizontalFusionStats FuseHorizontally(const std::shared_ptr<torch::jit::Graph>&
       if (!it->second.empty()) by_kernel[it->second].push_back(node);
     }
     for (auto& [text, groups] : by_kernel) {
-      if (groups.size() < 2) continue;
-      std::vector<Node*> bucket = {groups[0]};
-      std::unordered_set<Node*> members = {groups[0]};
-      for (size_t k = 1; k < groups.size(); ++k) {
-        if (DependsOnAny(groups[k], members, bucket[0])) continue;
-        bucket.push_back(groups[k]);
-        members.insert(groups[k]);
+      // A bucket takes the next group of its kernel while nothing has read a
+      // member's output yet: the merged node, after its last member, then
+      // comes before every reader. Merging across a reader would move
+      // computation past it, and every later member's output would be
+      // computed early and live until its own readers (the GRU's
+      // meta-backward: one kernel per time step merged into one launch at
+      // the first step held them all at once, +50% peak memory).
+      std::vector<Node*> bucket;
+      for (size_t k = 0; k < groups.size() && bucket.size() < 2; ++k) {
+        bucket = {groups[k]};
+        Node* first_reader = FirstReader(groups[k]);
+        for (size_t j = k + 1; j < groups.size(); ++j) {
+          if (first_reader != nullptr && !groups[j]->isBefore(first_reader)) break;
+          bucket.push_back(groups[j]);
+          Node* reader = FirstReader(groups[j]);
+          if (first_reader == nullptr || (reader != nullptr && reader->isBefore(first_reader))) {
+            first_reader = reader;
+          }
+        }
       }
       if (bucket.size() < 2) continue;
       for (Node* g : bucket) kernel_of.erase(g);  // destroyed by the merge

@@ -7,7 +7,7 @@
 
 #include <c10/util/accumulate.h>
 
-#include "compiler/fuse_horizontal.h"
+#include "compiler/topological_order.h"
 #include "compiler/fusion_group.h"
 #include "compiler/specialize_shapes.h"
 

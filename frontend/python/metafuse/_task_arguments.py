@@ -84,8 +84,7 @@ class ChunkGradients:
 
     def __init__(self, leaf_dims):
         self._dims = leaf_dims
-        self._shared = [None] * len(leaf_dims)  # running sums
-        self._owned = [False] * len(leaf_dims)  # sum made here: added to in place
+        self._shared = [None] * len(leaf_dims)  # running sums, added to in place
         self._pieces = [[] for _ in leaf_dims]  # mapped leaves' pieces
         self._seen = [False] * len(leaf_dims)
 
@@ -99,11 +98,11 @@ class ChunkGradients:
             g = torch.zeros_like(inputs[j]) if g is None else g
             if dim is None:
                 if self._shared[j] is None:
-                    self._shared[j] = g  # autograd's tensor: not ours to write
-                elif self._owned[j]:
-                    self._shared[j].add_(g)
+                    # A copy to add to in place (autograd's tensor is not ours
+                    # to write): two leaf-sized tensors alive, not three.
+                    self._shared[j] = g.clone()
                 else:
-                    self._shared[j], self._owned[j] = self._shared[j] + g, True
+                    self._shared[j].add_(g)
             else:
                 self._pieces[j].append(g)
 

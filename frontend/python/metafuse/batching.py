@@ -169,6 +169,7 @@ class BatchedFunction:
         self._strategies = {}  # (program key, shapes) -> the cost check's record
         self._task_programs = {}  # program key -> CompiledFunction of fn for one task
         self._scalar_tasks = {}  # program key -> False once a task returned no single scalar
+        self._prepared_chunks = set()  # (program key, shapes) of chunks compiled and measured
 
     @property
     def compile_count(self):
@@ -217,10 +218,12 @@ class BatchedFunction:
         leaves = [_tree.leaves(arg) for arg in args]  # once per call: read below
         args, leaves = _contiguous_mapped(args, leaves, dims)
         size = self._batch_size_of(leaves, dims)
-        if self.chunk_size is not None:
-            if self.chunk_size < size:
-                return self._in_chunks(args, dims, size, self.chunk_size)
-            return self._program_for(args, dims)(*args)  # the user chose the chunks
+        if self.chunk_size is not None and self.chunk_size < size:
+            return self._in_chunks(args, dims, size, self.chunk_size)
+        return self._whole(args, dims, leaves, size)
+
+    def _whole(self, args, dims, leaves, size):
+        """One call of all ``size`` tasks, by the strategy set or measured."""
         setting = _strategy_setting()
         if size == 1 or setting == "batched":
             return self._program_for(args, dims)(*args)
@@ -454,25 +457,43 @@ class BatchedFunction:
 
     def _in_chunks(self, args, dims, size, chunk_size):
         """chunk_size tasks per call, outputs concatenated in task order.
-        Where a gradient may follow, one chunk's saved values at a time:
-        each chunk runs again in the backward (_recomputed_chunks)."""
+        Each chunk runs as a call of its tasks would (_chunk); where a
+        gradient may follow, one chunk's saved values at a time: each chunk
+        runs again in the backward (_recomputed_chunks)."""
         bounds = [(start, min(size, start + chunk_size)) for start in range(0, size, chunk_size)]
-        program = self._program_for(args, dims)
-        if _gradient_may_follow(args):
-            for start, stop in {stop - start: (start, stop) for start, stop in bounds}.values():
-                chunk = self._narrow(args, dims, start, stop)
-                if not program.has_program(*chunk):
-                    with torch.no_grad():
-                        program(*chunk)  # compiled first: tracing draws random numbers
-            return _recomputed_chunks.run_recomputed(
-                program, args, dims, bounds, self._out_dims,
-                keeps_random=self.randomness != "error")
-        pieces = [_tree.flatten(program(*self._narrow(args, dims, start, stop)))
-                  for start, stop in bounds]
-        spec = pieces[0][1]
-        count = len(pieces[0][0])
-        return _tree.unflatten(spec, [torch.cat([p[0][j] for p in pieces], dim=d)
-                                      for j, d in enumerate(self._out_dims(count))])
+        if not _gradient_may_follow(args):
+            pieces = [_tree.flatten(self._chunk(*self._narrow(args, dims, start, stop)))
+                      for start, stop in bounds]
+            spec = pieces[0][1]
+            count = len(pieces[0][0])
+            return _tree.unflatten(spec, [torch.cat([p[0][j] for p in pieces], dim=d)
+                                          for j, d in enumerate(self._out_dims(count))])
+        for start, stop in {stop - start: (start, stop) for start, stop in bounds}.values():
+            chunk = self._narrow(args, dims, start, stop)
+            key = (self._program_key(chunk, dims),
+                   tuple((tuple(t.shape), t.dtype, t.device) for arg in chunk
+                         for t in _tree.leaves(arg) if isinstance(t, torch.Tensor)))
+            if key not in self._prepared_chunks:
+                # Compiled (and the strategy measured) before the chunks run:
+                # tracing and timing draw random numbers, which the backward
+                # must draw again as the forward did.
+                self._chunk(*chunk)
+                self._prepared_chunks.add(key)
+        return _recomputed_chunks.run_recomputed(
+            self._chunk, args, dims, bounds, self._out_dims,
+            keeps_random=self.randomness != "error")
+
+    def _chunk(self, *args):
+        """One chunk of tasks: a single task through the one-task program
+        (the batched program of one task only adds the task dimension's
+        layout changes: 3x the one-task program's memory on the conv net),
+        more as a call of that many tasks."""
+        dims = self._dims_per_argument(args)
+        leaves = [_tree.leaves(arg) for arg in args]
+        size = self._batch_size_of(leaves, dims)
+        if size == 1:
+            return self._task_loop(args, dims, compiled=True)
+        return self._whole(args, dims, leaves, size)
 
     def _subject(self):
         return getattr(self._closure_owner, "__name__", "the function")

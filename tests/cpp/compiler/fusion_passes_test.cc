@@ -18,6 +18,7 @@
 
 #include "compiler/fuse_elementwise.h"
 #include "compiler/fuse_horizontal.h"
+#include "compiler/topological_order.h"
 #include "compiler/fuse_pool_epilogue.h"
 #include "runtime/fused_kernel_launch.h"
 #include "compiler/fusion_group.h"
@@ -1158,9 +1159,11 @@ TEST(FuseHorizontally, DependentGroupsAreNotMerged) {
   ExpectFusedMatchesPlain(f, inputs);
 }
 
-TEST(FuseHorizontally, MergesAroundADependentGroupInTopologicalOrder) {
-  // A, B (reads A), C (independent): A and C merge; the merged node lands
-  // after C, so B (which reads A's part) must be moved after it.
+TEST(FuseHorizontally, ABucketStopsAtTheFirstReaderOfAMember) {
+  // A, max(A), B (reads A), C (independent), all one kernel but max. A's
+  // output is read before B and C, so A stays alone (merging it with C
+  // would move A past its readers, or C before its place); B and C, read
+  // by nothing before C, merge into one node in C's place.
   const std::string ir = DependentUpdates({"p2", "g2"}, Update(2, "g2"), "%n1, %s0, %n2");
   torch::manual_seed(14);
   std::vector<c10::IValue> inputs = {Randn({5}), Randn({5}), Randn({5}), Randn({2, 3}),
@@ -1168,10 +1171,13 @@ TEST(FuseHorizontally, MergesAroundADependentGroupInTopologicalOrder) {
   Fused f = FuseBothWays(ir, inputs, 3, 1, 2);
   auto groups = Groups(*f.graph);
   ASSERT_EQ(groups.size(), 2u) << *f.graph;
-  ASSERT_TRUE(groups[0]->hasAttribute(SegmentsAttr())) << *f.graph;
-  EXPECT_EQ(groups[0]->i(SegmentsAttr()), 2);
-  EXPECT_FALSE(groups[1]->hasAttribute(SegmentsAttr()));
-  // Every node after the definitions it reads.
+  EXPECT_FALSE(groups[0]->hasAttribute(SegmentsAttr())) << *f.graph;
+  ASSERT_TRUE(groups[1]->hasAttribute(SegmentsAttr())) << *f.graph;
+  EXPECT_EQ(groups[1]->i(SegmentsAttr()), 2);
+  EXPECT_EQ(groups[1]->input(0), groups[0]->output(0)) << *f.graph;  // B's read of A
+  // The max still reads A before the merged node, which comes last.
+  Node* max = NodesOf(*f.graph, "aten::max").at(0);
+  EXPECT_TRUE(max->isBefore(groups[1])) << *f.graph;
   for (Node* node : f.graph->nodes()) {
     for (Value* in : node->inputs()) {
       if (in->node()->kind() != torch::jit::prim::Param) {
@@ -1179,7 +1185,23 @@ TEST(FuseHorizontally, MergesAroundADependentGroupInTopologicalOrder) {
       }
     }
   }
-  EXPECT_EQ(groups[1]->input(0), groups[0]->output(0)) << *f.graph;
+  ExpectFusedMatchesPlain(f, inputs);
+}
+
+TEST(FuseHorizontally, GroupsEachReadBeforeTheNextStayApart) {
+  // Three independent updates, each read (by a max) before the next one
+  // runs: the time steps of an unrolled recurrence. Merging them would
+  // compute the later ones at the first max and keep their outputs alive
+  // until their own readers.
+  const std::string ir = UpdateGraph(
+      {"p0", "g0", "p1", "g1", "p2", "g2"},
+      Update(0, "g0") + "  %s0 : Tensor = aten::max(%n0)\n" + Update(1, "g1") +
+          "  %s1 : Tensor = aten::max(%n1)\n" + Update(2, "g2") +
+          "  %s2 : Tensor = aten::max(%n2)\n",
+      "%s0, %s1, %s2");
+  auto inputs = ThreeUpdateInputs();
+  Fused f = FuseBothWays(ir, inputs, 3, 0, 0);
+  for (const Node* g : Groups(*f.graph)) EXPECT_FALSE(g->hasAttribute(SegmentsAttr()));
   ExpectFusedMatchesPlain(f, inputs);
 }
 
