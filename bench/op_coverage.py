@@ -2,7 +2,8 @@
 compiled value and gradient equal eager's (float64).
 
 Each idiom is a small loss of a weight W (losses, normalizations, norms,
-recurrent cells and layers, attention, distributions, indexing). A
+activations, padding and upsampling, recurrent cells and layers, attention,
+distributions, indexing). A
 CompilationFallbackWarning means the function ran eagerly (correct, not
 compiled); its reason is shown. Prints a markdown table and a summary.
 
@@ -60,13 +61,19 @@ def idioms():
         "cosine_similarity": lambda W: F.cosine_similarity(x @ W, y).sum(),
         "relu6 / hardtanh / clamp": lambda W: (F.relu6(x @ W) + F.hardtanh(x @ W)
                                                + (x @ W).clamp(-1, 1)).sum(),
-        "hardswish / hardsigmoid": lambda W: (F.hardswish(x @ W) + F.hardsigmoid(x @ W)).sum(),
+        "hardswish": lambda W: F.hardswish(4 * x @ W).sum(),
+        "hardsigmoid": lambda W: F.hardsigmoid(4 * x @ W).sum(),
         "gelu / silu / mish / softplus": lambda W: (F.gelu(x @ W) + F.silu(x @ W)
                                                     + F.mish(x @ W) + F.softplus(x @ W)).sum(),
         "log1p / expm1": lambda W: (torch.log1p((x @ W).square()) + torch.expm1(
             torch.tanh(x @ W))).sum(),
         "cumsum": lambda W: (x @ W).cumsum(1).square().sum(),
         "F.pad": lambda W: F.pad(conv(W), (1, 1, 1, 1)).square().sum(),
+        "F.pad reflect / replicate / circular": lambda W: sum(
+            F.pad(conv(W), (1, 2, 2, 1), mode=m).pow(3).sum()
+            for m in ("reflect", "replicate", "circular")),
+        "F.interpolate nearest": lambda W: F.interpolate(conv(W), scale_factor=2).pow(3).sum()
+        + F.interpolate(conv(W), size=(7, 8)).pow(3).sum(),
         "matmul of 3-D by 2-D": lambda W: (seq @ W).square().sum(),
         "attention (softmax(q k^T) v)": lambda W: (torch.softmax((seq @ W) @ (seq @ W)
                                                                  .transpose(1, 2), -1)

@@ -841,6 +841,18 @@ const RewriteTable& Rewrites() {
          Value* step = InsertOp(g, "aten::sub", {n->input(1), n->input(0)});
          return InsertOp(g, "aten::add", {n->input(0), InsertOp(g, "aten::mul", {step, g.insertConstant(*weight)})});
        }},
+      {"aten::hardswish",
+       // x * where(x < -3, 0, where(x <= 3, x + 3, 6)) / 6: eager's value,
+       // and its derivative's branches on x itself (clamp(x + 3, 0, 6) would
+       // branch on the rounded x + 3: 1.5 instead of 1 just above 3)
+       [](Graph& g, Node* n) -> Value* {
+         Value* x = n->input(0);
+         Value* shifted = InsertOp(g, "aten::add", {x, g.insertConstant(3.0)});
+         Value* capped = Select(g, "aten::le", x, Filled(g, x, 3.0), shifted, Filled(g, x, 6.0));
+         Value* gate = Select(g, "aten::lt", x, Filled(g, x, -3.0), Filled(g, x, 0.0), capped);
+         return InsertOp(g, "aten::div",
+                         {InsertOp(g, "aten::mul", {x, gate}), g.insertConstant(6.0)});
+       }},
       {"aten::relu6",  // hardtanh(x, 0, 6), as eager's
        [](Graph& g, Node* n) -> Value* { return Hardtanh(g, n->input(0), 0.0, 6.0); }},
       {"aten::clamp",  // gradient 1 at the bounds, as eager
@@ -901,14 +913,6 @@ const RewriteTable& Rewrites() {
            return Reject("a conversion to the same dtype and device expected");
          }
          return n->input(0);
-       }},
-      {"aten::pad",  // (x, pad, mode, value): constant mode only
-       [](Graph& g, Node* n) -> Value* {
-         auto mode = ConstantOf(n->input(2));
-         if (!mode || !mode->isString() || mode->toStringRef() != "constant")
-           return Reject("mode='constant' expected (reflect / replicate / circular: not compiled)");
-         Value* value = IsNone(n->input(3)) ? g.insertConstant(0.0) : n->input(3);
-         return InsertOp(g, "aten::constant_pad_nd", {n->input(0), n->input(1), value});
        }},
       {"aten::cumsum",
        // (x, dim, dtype): along the last dim, a product with the constant

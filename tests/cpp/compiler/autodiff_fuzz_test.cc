@@ -557,7 +557,9 @@ bool RandomOp(Builder& b) {
     case 46: {  // activations that decompose, at their kinks too
       Value* in =
           b.Coin(0.3) ? b.Emit("aten::relu", {x}, false) : x;  // exact zeros
-      switch (b.Int(0, 10)) {
+      switch (b.Int(0, 11)) {
+        case 9:  // kinks at -3 and 3: scaled so that both are crossed
+          return b.Emit("aten::hardswish", {b.Emit("aten::mul", {in, b.Const(4.0)}, false)});
         case 0:
           return b.Emit("aten::leaky_relu", {in, b.Const(0.1)});
         case 1:
@@ -722,8 +724,27 @@ bool RandomOp(Builder& b) {
         }
       }
     }
-    case 52: {  // log1p, expm1, cumsum, constant padding, detach, a same-dtype to
-      switch (b.Int(0, 5)) {
+    case 52: {  // log1p, expm1, cumsum, padding, nearest upsampling, detach, a
+                // same-dtype to
+      switch (b.Int(0, 6)) {
+        case 6: {  // nearest (or nearest-exact) to a size or by scale factors
+          if (rank != 3 && rank != 4) return false;
+          const bool exact = b.Coin(0.3);
+          const char* op = rank == 3 ? (exact ? "aten::_upsample_nearest_exact1d"
+                                             : "aten::upsample_nearest1d")
+                                     : (exact ? "aten::_upsample_nearest_exact2d"
+                                              : "aten::upsample_nearest2d");
+          const std::vector<double> choices = {2.0, 1.5, 0.7, 3.0};
+          std::vector<int64_t> size;
+          std::vector<double> scales;
+          for (int64_t d = 2; d < rank; ++d) {
+            scales.push_back(choices[b.Int(0, 3)]);
+            size.push_back(b.Int(1, 2 * xs[d] + 1));
+          }
+          Value* none = b.Const(c10::IValue());
+          return b.Coin() ? b.Emit(op, {x, b.Ints(size), none})
+                          : b.Emit(op, {x, none, b.Const(c10::IValue(scales))});
+        }
         case 4:  // the detached factor carries no gradient
           return b.Emit("aten::mul", {x, b.Emit("aten::detach", {b.Emit("aten::sin", {x}, false)},
                                                 false)});
@@ -744,8 +765,14 @@ bool RandomOp(Builder& b) {
             pad.push_back(b.Int(0, 1));
             pad.push_back(b.Int(0, 2));
           }
-          return b.Emit("aten::pad", {x, b.Ints(pad), b.Const("constant"),
-                                      b.Coin() ? b.Const(c10::IValue()) : b.Const(0.25)});
+          // Another mode where eager takes it (ranks, padding below the
+          // dim for reflect): Emit drops what eager rejects.
+          const char* modes[] = {"constant", "reflect", "replicate", "circular"};
+          const char* mode = b.Coin(0.5) ? modes[0] : modes[b.Int(1, 3)];
+          Value* value = std::string(mode) != "constant" || b.Coin()
+                             ? b.Const(c10::IValue())
+                             : b.Const(0.25);
+          return b.Emit("aten::pad", {x, b.Ints(pad), b.Const(mode), value});
         }
       }
     }

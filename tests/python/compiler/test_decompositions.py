@@ -1,5 +1,6 @@
-"""Losses, normalizations and norms the compiler writes in its primitive set
-(compiler/decompose_losses.cc, decompose_normalization.cc, decompose.cc):
+"""Losses, normalizations, norms, indexing, padding and upsampling the
+compiler writes in its primitive set (compiler/decompose_losses.cc,
+decompose_normalization.cc, decompose_indexing.cc, decompose.cc):
 each compiles without falling back, and its value and gradient equal
 eager's in float64 (1e-10); inside metafuse.vmap with an adapt function
 the meta-gradient equals the per-task loop. Second-order derivatives of the
@@ -33,6 +34,8 @@ def _data():
         "pixel_labels": torch.randint(0, 4, (2, 5, 5), generator=g),
         "seq": torch.randn(2, 3, 4, 5, generator=g, dtype=F64),
         "vec": torch.randn(5, generator=g, dtype=F64),
+        # at the kinks and just above 3, where x + 3 rounds to 6
+        "hardswish kinks": torch.tensor([-3.0, 3.0, 3.0000000000000004, -4.0], dtype=F64),
     }
 
 
@@ -87,6 +90,19 @@ CASES = {
     "cumsum": lambda W, Wc: ((D["x"] @ W).cumsum(1) * D["y"]).sum()
     + (D["x"] @ W).cumsum(0).square().sum(),
     "pad": lambda W, Wc: F.pad(F.conv2d(D["img"], Wc), (1, 2, 0, 1), value=0.5).pow(3).sum(),
+    "pad reflect, replicate, circular": lambda W, Wc: (
+        F.pad(F.conv2d(D["img"], Wc), (2, 1, 1, 2), mode="reflect").pow(3).sum()
+        + F.pad(F.conv2d(D["img"], Wc), (1, 3, 0, 2), mode="replicate").pow(3).sum()
+        + F.pad(F.conv2d(D["img"], Wc), (3, 2, 1, 0), mode="circular").pow(3).sum()
+        + F.pad(D["x"] @ W, (2, 3), mode="reflect").sin().sum()),
+    "upsample nearest (scale 2, 1.5, sizes, exact)": lambda W, Wc: (
+        F.interpolate(F.conv2d(D["img"], Wc), scale_factor=2).pow(3).sum()
+        + F.interpolate(F.conv2d(D["img"], Wc), scale_factor=1.5).pow(3).sum()
+        + F.interpolate(F.conv2d(D["img"], Wc), size=(5, 7)).sin().sum()
+        + F.interpolate(F.conv2d(D["img"], Wc), size=(2, 5), mode="nearest-exact").sin().sum()
+        + F.interpolate((D["x"] @ W).unsqueeze(0), scale_factor=2.5).sin().sum()),
+    "hardswish": lambda W, Wc: F.hardswish(4 * D["x"] @ W).pow(3).sum()
+    + (F.hardswish(D["hardswish kinks"] * W[0, 0]) * D["vec"][:4]).sum(),
     "matmul stack times matrix": lambda W, Wc: (D["seq"] @ W).sin().sum(),
     "matmul broadcast stacks (attention)": lambda W, Wc: (
         torch.softmax((D["seq"] @ W) @ (D["seq"] @ W).transpose(-1, -2), -1) @ D["seq"][:1]
@@ -148,7 +164,9 @@ def test_compiled_value_and_gradient_equal_eager(name):
 
 
 @pytest.mark.parametrize("name", ["huber_loss", "bce_with_logits pos_weight",
-                                  "cross_entropy label_smoothing", "group_norm", "norms"])
+                                  "cross_entropy label_smoothing", "group_norm", "norms",
+                                  "pad reflect, replicate, circular",
+                                  "upsample nearest (scale 2, 1.5, sizes, exact)"])
 def test_gradcheck_of_the_compiled_function(name):
     fn = CASES[name]
     compiled = mf.compile(fn, argnums=(0, 1))
