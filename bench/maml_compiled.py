@@ -14,6 +14,9 @@ from the same weights on the same tasks, alternating meta-steps in one run:
   - compiled batched     : metafuse.vmap of the task (adapt + query loss): the
                     whole meta-batch as one compiled program (batched GEMMs,
                     kernels over all tasks), ratios are against it
+  - compiled chunked     : the same metafuse.vmap with chunk_size=1: one task's
+                    saved values alive at a time (each task's program run
+                    again in the backward), the low-memory setting
 It prints the meta-training curve of each variant, the median meta-step
 time and the ratios, then, each in a fresh process: the compile latency of
 the first task (trace + passes + kernels) with an empty kernel cache (cold)
@@ -40,7 +43,7 @@ import metafuse as mf
 
 HIDDEN, INNER_STEPS, META_BATCH, SHOTS, INNER_LR = 40, 5, 25, 10, 0.01
 VARIANTS = ("eager unfused", "eager fused", "functorch vmap", "compiled, fusion off",
-            "compiled per task", "compiled batched")
+            "compiled per task", "compiled batched", "compiled chunked")
 
 
 def make_net():
@@ -133,10 +136,11 @@ class Variant:
             def loss_fn(p, x, y):
                 return torch.nn.functional.mse_loss(mf.functional_call(self.net, p, x), y)
             self.adapt = mf.compile_inner_loop(loss_fn, mf.sgd(INNER_LR), steps=INNER_STEPS)
-        if name == "compiled batched":
+        if name in ("compiled batched", "compiled chunked"):
             self.batched = mf.vmap(
                 lambda p, xs, ys, xq, yq: loss_fn(self.adapt(p, xs, ys), xq, yq),
-                in_dims=(None, 0, 0, 0, 0))
+                in_dims=(None, 0, 0, 0, 0),
+                chunk_size=1 if name == "compiled chunked" else None)
         self.losses, self.times = [], []
 
     def compile_count(self):
