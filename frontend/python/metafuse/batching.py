@@ -216,10 +216,10 @@ class BatchedFunction:
     def __call__(self, *args):
         dims = self._dims_per_argument(args)
         leaves = [_tree.leaves(arg) for arg in args]  # once per call: read below
-        args, leaves = _contiguous_mapped(args, leaves, dims)
         size = self._batch_size_of(leaves, dims)
         if self.chunk_size is not None and self.chunk_size < size:
-            return self._in_chunks(args, dims, size, self.chunk_size)
+            return self._in_chunks(args, dims, size, self.chunk_size)  # dense per chunk
+        args, leaves = _contiguous_mapped(args, leaves, dims)
         return self._whole(args, dims, leaves, size)
 
     def _whole(self, args, dims, leaves, size):
@@ -337,12 +337,7 @@ class BatchedFunction:
         gradient may follow, each task's gradient is taken as it runs and
         its graph freed (_task_gradients)."""
         key = self._program_key(args, dims)
-        run = self.fn
-        if compiled:
-            run = self._task_programs.get(key)
-            if run is None:
-                run = CompiledFunction(self.fn, key[2], closure_owner=self._closure_owner)
-                self._task_programs[key] = run
+        run = self._task_program(key) if compiled else self.fn
         wants_grad = _gradient_may_follow(args)
         if wants_grad and self._scalar_tasks.get(key, True):
             try:
@@ -351,6 +346,14 @@ class BatchedFunction:
             except _task_gradients.NotOneScalar:
                 self._scalar_tasks[key] = False
         return self._each_task(run, args, dims)
+
+    def _task_program(self, key):
+        """``fn`` compiled for one task (made on first use)."""
+        run = self._task_programs.get(key)
+        if run is None:
+            run = CompiledFunction(self.fn, key[2], closure_owner=self._closure_owner)
+            self._task_programs[key] = run
+        return run
 
     def strategies(self):
         """What the cost check chose per set of argument shapes: a list of
@@ -490,9 +493,13 @@ class BatchedFunction:
         more as a call of that many tasks."""
         dims = self._dims_per_argument(args)
         leaves = [_tree.leaves(arg) for arg in args]
+        # (dense copies of this chunk only: copies of the whole call's
+        # arguments would live as long as the call's backward)
+        args, leaves = _contiguous_mapped(args, leaves, dims)
         size = self._batch_size_of(leaves, dims)
-        if size == 1:
-            return self._task_loop(args, dims, compiled=True)
+        if size == 1:  # its graph is the chunk's: no gradient to take early
+            return self._each_task(self._task_program(self._program_key_of(leaves, dims)),
+                                   args, dims)
         return self._whole(args, dims, leaves, size)
 
     def _subject(self):
