@@ -29,8 +29,7 @@ import torch
 
 from metafuse import tree as _tree
 from metafuse._task_arguments import (ChunkGradients, apply_to_arguments, chunk_gradients,
-                                      chunk_leaves,
-                                      unflatten_arguments)
+                                      chunk_leaves, unflatten_arguments)
 
 __all__ = ["chunk_bounds", "run_in_parallel"]
 

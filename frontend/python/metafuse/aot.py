@@ -27,6 +27,7 @@ Not yet here (docs/aot.md): host object code inside the artifact, and the
 C++ runner without Python.
 """
 
+import contextlib
 import hashlib
 import io
 import json
@@ -68,9 +69,15 @@ def _skeleton(tree):
     return _tree.unflatten(spec, list(range(len(leaves))))
 
 
+def _recording(compiled):
+    """The program that is saved, also for calls recording no gradient
+    (CompiledFunction.recording_programs)."""
+    return getattr(compiled, "recording_programs", contextlib.nullcontext)()
+
+
 def _output_skeleton(compiled, args):
     """The structure of one call's result, leaves as positions."""
-    with torch.no_grad():
+    with torch.no_grad(), _recording(compiled):
         result = compiled(*args)
     if isinstance(compiled, CompiledInnerLoop) and compiled.return_losses:
         adapted, losses = result
@@ -171,7 +178,7 @@ def _check_round_trip(compiled, example_args, manifest, members):
     become a wrong result, or an error, on the loading machine)."""
     loaded = LoadedProgram(manifest, _core.deserialize_program(members["program.bin"]),
                            torch.load(io.BytesIO(members["constants.pt"])))
-    with torch.no_grad():
+    with torch.no_grad(), _recording(compiled):
         want = _tree.leaves(compiled(*example_args))
         try:
             got = _tree.leaves(loaded(*example_args))
