@@ -291,8 +291,10 @@ class _CompiledBase:
 
         Raises:
             RuntimeError: the call runs eagerly (a compilation fallback)."""
-        self(*args)
-        entry, leaves = self._entry_and_leaves(args)
+        # (the saved kind of program, also for a call recording no gradient)
+        with getattr(self, "recording_programs", contextlib.nullcontext)():
+            self(*args)
+            entry, leaves = self._entry_and_leaves(args)
         if isinstance(entry, str):
             raise RuntimeError(f"{self._api}: this call runs eagerly ({entry}); "
                                "there is no compiled program")
@@ -605,7 +607,8 @@ class CompiledFunction(_CompiledBase):
         else:
             for w in caught:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        if entry is not None and threading.current_thread() is threading.main_thread():
+        if (entry is not None and not self._defer_fusion_checks
+                and threading.current_thread() is threading.main_thread()):
             self._check_fusion(entry[0], [t.detach() for t in flat + extras])
         self._forward_only[guard] = entry
         return entry
@@ -680,7 +683,14 @@ class CompiledFunction(_CompiledBase):
         return guard in self._programs
 
     def _entry_and_leaves(self, args):
+        """(what a call with ``args`` runs in the current grad mode: its
+        compiled entry or fallback reason, its leaves); KeyError before the
+        first such call."""
         flat, _, _, extras, guard = self._flatten(args)
+        if self._forward_only_on and not _records_gradient(flat + extras):
+            entry = self._forward_only[guard]
+            if entry is not None:
+                return entry, flat + extras
         return self._programs[guard], flat + extras
 
     def _compile(self, args, specs, flat, keys, extras, forward_only=False):

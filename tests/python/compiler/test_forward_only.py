@@ -96,3 +96,13 @@ def test_recording_programs_runs_the_saved_program_under_no_grad():
         assert compiled.has_program(params, x, y)
         out = compiled(params, x, y)
     assert compiled.compile_count == 1 and torch.equal(out, recorded.detach())
+
+
+def test_program_value_of_a_call_recording_no_gradient_is_the_recording_one():
+    compiled, params, x, y = inner_loop_problem()
+    detached = {k: v.detach() for k, v in params.items()}
+    with torch.no_grad():
+        compiled(detached, x, y)  # the forward-only program only, so far
+        value = compiled.program(detached, x, y)  # compiles the recording one
+    assert value.num_outputs == 1 and "backward" in value.dump()
+    assert compiled.compile_count == 2
