@@ -43,7 +43,8 @@ def test_smallest_sweep_has_every_cell_and_the_gradients_agree(tmp_path):
                 cells["plain PyTorch"]["grad_vs_float64"], 1e-7), (key, name, cell)
             if name.startswith("compiled"):
                 assert cell["fallback"] == [], (key, name, cell["fallback"])
-                assert cell["compile_count"] == 1
+                # the chunked forward runs the forward-only program: one more
+                assert cell["compile_count"] == (2 if name == "compiled chunked" else 1)
             memory = result["memory"][key][name]
             assert "error" not in memory and memory["peak_tensor_mib"] >= 0
         assert cells["plain PyTorch"]["grad_vs_float64"] < 1e-3, cells["plain PyTorch"]

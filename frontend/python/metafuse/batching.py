@@ -307,8 +307,10 @@ class BatchedFunction:
         The one-task program is compiled here first, on this thread (tracing
         is not thread-safe)."""
         bounds = _parallel_chunks.chunk_bounds(size, min(torch.get_num_threads(), size))
-        key = self._program_key(args, dims)
-        if key not in self._task_programs:
+        program = self._task_program(self._program_key(args, dims))
+        first = [arg if d is None else _tree.map(lambda x, d=d: x.select(d, 0), arg)
+                 for arg, d in zip(args, dims)]
+        if not program.has_program(*first):  # (for this grad mode: recording or not)
             self._task_loop(self._narrow(args, dims, 0, 1), dims, compiled=True)
         return _parallel_chunks.run_in_parallel(
             lambda *chunk: self._task_loop(chunk, dims, compiled=True), args, dims, bounds,

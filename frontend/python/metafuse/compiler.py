@@ -596,6 +596,8 @@ class CompiledFunction(_CompiledBase):
             return self._forward_only[guard]
         if isinstance(self._programs.get(guard), str):
             return None  # known to fall back: the same trace would
+        if threading.current_thread() is not threading.main_thread():
+            return None  # tracing (and catching its warnings) is for the main thread
         _check_devices(flat + extras)
         # A fallback here is said by the recording program's compile, which
         # runs next (its trace is the same).
@@ -607,8 +609,7 @@ class CompiledFunction(_CompiledBase):
         else:
             for w in caught:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        if (entry is not None and not self._defer_fusion_checks
-                and threading.current_thread() is threading.main_thread()):
+        if entry is not None and not self._defer_fusion_checks:
             self._check_fusion(entry[0], [t.detach() for t in flat + extras])
         self._forward_only[guard] = entry
         return entry
@@ -683,12 +684,12 @@ class CompiledFunction(_CompiledBase):
         return guard in self._programs
 
     def _entry_and_leaves(self, args):
-        """(what a call with ``args`` runs in the current grad mode: its
-        compiled entry or fallback reason, its leaves); KeyError before the
-        first such call."""
+        """(what a call with ``args`` runs in the current grad mode, as far
+        as compiled: its entry or fallback reason; its leaves); KeyError
+        before the first call of the guard."""
         flat, _, _, extras, guard = self._flatten(args)
         if self._forward_only_on and not _records_gradient(flat + extras):
-            entry = self._forward_only[guard]
+            entry = self._forward_only.get(guard)
             if entry is not None:
                 return entry, flat + extras
         return self._programs[guard], flat + extras
