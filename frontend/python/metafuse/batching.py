@@ -111,6 +111,14 @@ def _has_grouped_convolutions(compiled, args):
                for part in ("forward", "backward"))
 
 
+def _shapes_of(leaves):
+    """(shape, dtype, device) of every tensor among the arguments' leaves:
+    with the program key, what a measured strategy or a prepared chunk is
+    kept for."""
+    return tuple((tuple(t.shape), t.dtype, t.device) for arg_leaves in leaves
+                 for t in arg_leaves if isinstance(t, torch.Tensor))
+
+
 def _gradient_may_follow(args):
     """Grad mode is on and some argument's tensor requires grad."""
     return torch.is_grad_enabled() and any(
@@ -234,9 +242,7 @@ class BatchedFunction:
         if setting == "parallel-tasks":
             return self._parallel_tasks(args, dims, size)
         program_key = self._program_key_of(leaves, dims)
-        key = (program_key, tuple((tuple(t.shape), t.dtype, t.device)
-                                  for arg_leaves in leaves for t in arg_leaves
-                                  if isinstance(t, torch.Tensor)))
+        key = (program_key, _shapes_of(leaves))
         record = self._strategies.get(key)
         if record is not None:
             if record["strategy"] == "parallel-tasks":
@@ -308,9 +314,8 @@ class BatchedFunction:
         is not thread-safe)."""
         bounds = _parallel_chunks.chunk_bounds(size, min(torch.get_num_threads(), size))
         program = self._task_program(self._program_key(args, dims))
-        first = [arg if d is None else _tree.map(lambda x, d=d: x.select(d, 0), arg)
-                 for arg, d in zip(args, dims)]
-        if not program.has_program(*first):  # (for this grad mode: recording or not)
+        # (has_program answers for this grad mode: recording or not)
+        if not program.has_program(*self._task_args(args, dims, 0)):
             self._task_loop(self._narrow(args, dims, 0, 1), dims, compiled=True)
         return _parallel_chunks.run_in_parallel(
             lambda *chunk: self._task_loop(chunk, dims, compiled=True), args, dims, bounds,
@@ -434,10 +439,14 @@ class BatchedFunction:
         size = self._batch_size(args, dims)
         results = []
         for t in range(size):
-            task_args = [arg if d is None else _tree.map(lambda x, d=d: x.select(d, t), arg)
-                         for arg, d in zip(args, dims)]
-            results.append(fn(*task_args))
+            results.append(fn(*self._task_args(args, dims, t)))
         return self._stack(results)
+
+    @staticmethod
+    def _task_args(args, dims, t):
+        """Task t's arguments: each mapped one's slice t, shared ones whole."""
+        return [arg if d is None else _tree.map(lambda x, d=d: x.select(d, t), arg)
+                for arg, d in zip(args, dims)]
 
     def _out_dims(self, count):
         return self.out_dims if isinstance(self.out_dims, tuple) else (self.out_dims,) * count
@@ -475,9 +484,8 @@ class BatchedFunction:
                                           for j, d in enumerate(self._out_dims(count))])
         for start, stop in {stop - start: (start, stop) for start, stop in bounds}.values():
             chunk = self._narrow(args, dims, start, stop)
-            key = (self._program_key(chunk, dims),
-                   tuple((tuple(t.shape), t.dtype, t.device) for arg in chunk
-                         for t in _tree.leaves(arg) if isinstance(t, torch.Tensor)))
+            chunk_leaves = [_tree.leaves(arg) for arg in chunk]
+            key = (self._program_key_of(chunk_leaves, dims), _shapes_of(chunk_leaves))
             if key not in self._prepared_chunks:
                 # Compiled (and the strategy measured) before the chunks run,
                 # the recording programs and the forward-only ones the

@@ -561,7 +561,7 @@ class CompiledFunction(_CompiledBase):
 
     def __call__(self, *args):
         flat, specs, keys, extras, guard = self._flatten(args)
-        if self._forward_only_on and not _records_gradient(flat + extras):
+        if self._runs_forward_only(flat + extras):
             entry = self._forward_only_entry(args, specs, flat, keys, extras, guard)
             if entry is not None:
                 program, out_spec = entry
@@ -613,6 +613,11 @@ class CompiledFunction(_CompiledBase):
             self._check_fusion(entry[0], [t.detach() for t in flat + extras])
         self._forward_only[guard] = entry
         return entry
+
+    def _runs_forward_only(self, leaves):
+        """Whether a call on ``leaves`` runs the forward-only program: it
+        records no gradient, outside recording_programs()."""
+        return self._forward_only_on and not _records_gradient(leaves)
 
     @contextlib.contextmanager
     def recording_programs(self):
@@ -679,7 +684,7 @@ class CompiledFunction(_CompiledBase):
         """Whether a call with ``args``, in the current grad mode, has been
         compiled (or has fallen back) already: its guard is known."""
         flat, _, _, extras, guard = self._flatten(args)
-        if self._forward_only_on and not _records_gradient(flat + extras):
+        if self._runs_forward_only(flat + extras):
             return guard in self._forward_only or isinstance(self._programs.get(guard), str)
         return guard in self._programs
 
@@ -688,7 +693,7 @@ class CompiledFunction(_CompiledBase):
         as compiled: its entry or fallback reason; its leaves); KeyError
         before the first call of the guard."""
         flat, _, _, extras, guard = self._flatten(args)
-        if self._forward_only_on and not _records_gradient(flat + extras):
+        if self._runs_forward_only(flat + extras):
             entry = self._forward_only.get(guard)
             if entry is not None:
                 return entry, flat + extras
