@@ -77,6 +77,9 @@ def kernel_math_text(header_path):
 
 # Bazel's include_prefix: frontend/optim/BUILD publishes its headers as
 # "metafuse/optim/...". Here a link in the build directory does the same.
+# nvcc's targets where no GPU is visible to read them from (TORCH_CUDA_ARCH_LIST).
+DEFAULT_CUDA_ARCHITECTURES = "8.0;9.0+PTX"
+
 INCLUDE_PREFIXES = {"metafuse/optim": "frontend/optim"}
 
 
@@ -150,6 +153,11 @@ def extension():
         # (kernels/cuda/register_cuda.cc) and torch's current stream.
         macros += [("METAFUSE_HAS_NVRTC", None), ("METAFUSE_WITH_CUDA_TORCH", None)]
         cuda_lib = os.path.join(cpp_extension.CUDA_HOME, "lib64")
+        # torch reads the architectures off the visible GPUs; on a machine
+        # without one (this build host, CI) its list is empty and
+        # cpp_extension fails. Ampere and Hopper, plus PTX for later GPUs.
+        if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
+            os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_CUDA_ARCHITECTURES
         link_args += ["-L" + cuda_lib, "-lnvrtc", "-Wl,-rpath," + cuda_lib]
     return kind(
         "metafuse._C", sources, include_dirs=include_dirs, define_macros=macros,

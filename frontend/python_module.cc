@@ -24,6 +24,11 @@ py::dict BuildInfo() {
 #else
   info["nvrtc"] = false;
 #endif
+#ifdef METAFUSE_WITH_CUDA_TORCH
+  info["cuda_torch"] = true;  // the fused operators' CUDA registration
+#else
+  info["cuda_torch"] = false;
+#endif
   info["llvm"] = metafuse::runtime::LlvmAvailable();
   auto jit = metafuse::runtime::LlvmJit::Create();
   info["llvm_host"] = jit.ok() ? jit.value()->HostDescription()

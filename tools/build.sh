@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds the Python extension with Bazel (offline;
-# only what metafuse._C needs: the tests' targets are built by
-# `bazel test //...` in tools/test_all.sh), and makes the Python package
-# importable by /usr/bin/python3:
-#   - copies the extension to frontend/python/metafuse/_C.so
-#   - writes metafuse.pth (pointing at frontend/python) into the user site dir
-#   - writes the `metafuse` command-line launcher (tools/install_cli.sh:
-#     $METAFUSE_BIN_DIR, else /usr/local/bin when writable, else ~/.local/bin)
+# The Bazel route against Debian's LibTorch 1.13.1 (the second supported
+# torch): installs what is missing, builds the Python extension with Bazel
+# (offline; only what metafuse._C needs: the tests' targets are built by
+# `bazel test //...` in tools/test_all.sh) and copies it to
+# frontend/python/metafuse/_C.so, where /usr/bin/python3 (Debian's torch)
+# imports it with PYTHONPATH=frontend/python. Nothing is written into any
+# interpreter's site directories: the project venv (tools/setup_venv.sh) is
+# where metafuse is installed. Also writes the `metafuse` command-line
+# launcher (tools/install_cli.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,8 +15,10 @@ bash tools/install_deps.sh
 bazel build //frontend:_C.so
 
 install -m 0755 bazel-bin/frontend/_C.so frontend/python/metafuse/_C.so
+# An earlier build wrote metafuse.pth into the user site of /usr/bin/python3,
+# which every Python 3.11 of this user reads (pyenv's too, without a torch).
 user_site=$(/usr/bin/python3 -m site --user-site)
-mkdir -p "$user_site"
-echo "$PWD/frontend/python" > "$user_site/metafuse.pth"
+rm -f "$user_site/metafuse.pth"
 bash tools/install_cli.sh
-echo "build: metafuse importable by /usr/bin/python3 from $PWD/frontend/python"
+echo "build: metafuse for Debian's torch 1.13.1 in $PWD/frontend/python" \
+     "(PYTHONPATH=$PWD/frontend/python /usr/bin/python3)"

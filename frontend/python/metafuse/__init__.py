@@ -4,17 +4,16 @@ Importing the package loads the C++ core (metafuse._C), which registers the
 fused operators as torch.ops.metafuse.*.
 """
 
-import torch  # noqa: F401  (libtorch must be loaded before the extension)
+from metafuse import _torch_check
+
+_torch_check.require_torch()  # a clear error where this interpreter has no usable torch
+
+import torch  # noqa: E402,F401  (libtorch must be loaded before the extension)
 
 try:
     from metafuse import _C
-except ImportError as exc:  # pragma: no cover - only without a build
-    raise ImportError(
-        "metafuse's C++ extension metafuse._C is missing or does not load "
-        f"({exc}). Build it first: `bash tools/build.sh` from the repository "
-        "root, then use /usr/bin/python3 (the interpreter that sees Debian's "
-        "torch)."
-    ) from exc
+except ImportError as exc:  # pragma: no cover - only without a matching build
+    raise ImportError(_torch_check.extension_error(exc)) from exc
 
 from metafuse import ops
 from metafuse import tree
