@@ -5,8 +5,9 @@ metafuse.Adam (1e-3), float32, 1 thread. Six variants train side by side
 from the same weights on the same tasks, alternating meta-steps in one run:
   - eager unfused : metafuse.MetaSGD on the nn.Module (the TorchOpt idiom)
   - eager fused   : the same with fused=True (kernels/ optimizer operators)
-  - functorch vmap: plain PyTorch's best: functorch.vmap over the tasks of an
-                    inner loop written with functorch.grad
+  - torch.func vmap: plain PyTorch's best: torch.func.vmap over the tasks of
+                    an inner loop written with torch.func.grad (functorch's
+                    on torch 1.13)
   - compiled, fusion off : compile_inner_loop per task, its generic program
   - compiled per task    : compile_inner_loop per task with every pass: shape
                     specialization, vertical and horizontal fusion into
@@ -42,7 +43,7 @@ import torch
 import metafuse as mf
 
 HIDDEN, INNER_STEPS, META_BATCH, SHOTS, INNER_LR = 40, 5, 25, 10, 0.01
-VARIANTS = ("eager unfused", "eager fused", "functorch vmap", "compiled, fusion off",
+VARIANTS = ("eager unfused", "eager fused", "torch.func vmap", "compiled, fusion off",
             "compiled per task", "compiled batched", "compiled chunked")
 
 
@@ -94,24 +95,33 @@ def compiled_step(net, outer, adapt, tasks):
     return total
 
 
-def functorch_step(net, outer, tasks):
-    import functorch
+def torch_func_transforms():
+    """(vmap, grad, functional_call): torch.func's on torch 2.x; on torch 1.13
+    functorch's, with torch's stateless functional_call (functorch 1.13 has
+    none)."""
+    try:
+        import torch.func as func
+        return func.vmap, func.grad, func.functional_call
+    except ImportError:
+        import functorch
+        return functorch.vmap, functorch.grad, torch.nn.utils.stateless.functional_call
+
+
+def torch_func_step(net, outer, tasks):
+    vmap, grad, functional_call = torch_func_transforms()
     xs, ys, xq, yq = tasks
     outer.zero_grad()
 
     def loss_fn(p, x, y):
-        # functorch 1.13 has no functional_call; torch's stateless one works
-        # under its transforms.
-        out = torch.nn.utils.stateless.functional_call(net, p, (x,))
-        return torch.nn.functional.mse_loss(out, y)
+        return torch.nn.functional.mse_loss(functional_call(net, p, (x,)), y)
 
     def task(p, xs, ys, xq, yq):
         for _ in range(INNER_STEPS):
-            g = functorch.grad(loss_fn)(p, xs, ys)
+            g = grad(loss_fn)(p, xs, ys)
             p = {k: p[k] - INNER_LR * g[k] for k in p}
         return loss_fn(p, xq, yq)
 
-    loss = functorch.vmap(task, in_dims=(None, 0, 0, 0, 0))(
+    loss = vmap(task, in_dims=(None, 0, 0, 0, 0))(
         dict(net.named_parameters()), xs, ys, xq, yq).mean()
     loss.backward()
     outer.step()
@@ -147,8 +157,8 @@ class Variant:
         return (self.batched or self.adapt).compile_count
 
     def step(self, tasks):
-        if self.name == "functorch vmap":
-            return functorch_step(self.net, self.outer, tasks)
+        if self.name == "torch.func vmap":
+            return torch_func_step(self.net, self.outer, tasks)
         if self.batched is not None:
             return batched_step(self.net, self.outer, self.batched, tasks)
         if self.adapt is None:
@@ -265,7 +275,7 @@ def main():
     warm = sample_tasks(generator)
     compiled_after_warm_up = {}
     for v in variants:  # compile (and specialize) outside the timed steps
-        if v.name.startswith("compiled") or v.name == "functorch vmap":
+        if v.name.startswith("compiled") or v.name == "torch.func vmap":
             v.step(warm)
             v.net.load_state_dict(make_net().state_dict())
             v.outer = mf.Adam(v.net.parameters(), lr=1e-3)

@@ -598,6 +598,55 @@ const RewriteTable& Rewrites() {
          }
          return LogSoftmax(g, n->input(0), dim->toInt());
        }},
+      {"aten::_log_softmax",  // (x, dim, half_to_float): torch 2.x's traces under vmap
+       [](Graph& g, Node* n) -> Value* {
+         auto dim = ConstantOf(n->input(1)), half = ConstantOf(n->input(2));
+         if (!dim || !half || half->toBool()) {
+           return Reject("a constant dim and no half-to-float conversion expected");
+         }
+         return LogSoftmax(g, n->input(0), dim->toInt());
+       }},
+      {"aten::scalar_tensor",  // (s, dtype, layout, device, pin_memory): a constant
+       [](Graph& g, Node* n) -> Value* {
+         auto s = ConstantOf(n->input(0));
+         auto type = n->output()->type()->cast<c10::TensorType>();
+         if (!s || !type || !type->scalarType()) {
+           return Reject("a constant value and a known dtype expected");
+         }
+         return g.insertConstant(at::scalar_tensor(
+             s->toScalar(), at::TensorOptions()
+                                .dtype(*type->scalarType())
+                                .device(type->device().value_or(at::kCPU))));
+       }},
+      {"aten::_to_copy",  // (x, dtype, layout, device, pin_memory, non_blocking,
+                          // memory_format): a dtype conversion on one device
+       [](Graph& g, Node* n) -> Value* {
+         auto in = n->input(0)->type()->cast<c10::TensorType>();
+         auto out = n->output()->type()->cast<c10::TensorType>();
+         if (!in || !out || !in->scalarType() || !out->scalarType() || !in->device() ||
+             in->device() != out->device()) {
+           return Reject("a conversion of known dtypes on one device expected");
+         }
+         if (in->scalarType() == out->scalarType()) return n->input(0);
+         at::Tensor like = at::empty(
+             {}, at::TensorOptions().dtype(*out->scalarType()).device(*out->device()));
+         return InsertOp(g, "aten::type_as", {n->input(0), g.insertConstant(like)});
+       }},
+      {"aten::view",  // a reshape: the program's buffers need not have the
+                      // strides eager's had (torch 2.x's vmap traces convolutions
+                      // with views of transposed tensors)
+       [](Graph& g, Node* n) -> Value* {
+         if (n->input(1)->type()->kind() != c10::TypeKind::ListType) {
+           return Reject("a view to sizes expected (not to a dtype)");
+         }
+         return InsertOp(g, "aten::reshape", {n->input(0), n->input(1)});
+       }},
+      {"aten::unflatten",  // (x, dim, sizes): a reshape to its static result
+       [](Graph& g, Node* n) -> Value* {
+         auto sizes = StaticSizes(n->output());
+         if (!sizes) return Reject("a result of static shape expected");
+         return InsertOp(g, "aten::reshape", {n->input(0), g.insertConstant(*sizes)});
+       }},
       {"aten::select",  // (x, dim, index): a one-wide crop, the dim dropped
        [](Graph& g, Node* n) -> Value* {
          auto dim = ConstantOf(n->input(1)), index = ConstantOf(n->input(2));
@@ -1127,7 +1176,7 @@ std::vector<std::string> DecomposeToPrimitives(
     }
     const Rewrite* rewrite =
         FindRewrite(name, {&Rewrites(), &LossRewrites(), &NormalizationRewrites(),
-                                 &IndexingRewrites()});
+                                 &IndexingRewrites(), &AttentionRewrites()});
     Value* replacement = nullptr;
     last_rejection.clear();
     if (rewrite != nullptr && node->outputs().size() == 1) {

@@ -2,7 +2,7 @@
 // signature, the tables of rewrites by op name (one file per family of ops:
 // decompose.cc for layers, activations and shapes, decompose_losses.cc,
 // decompose_normalization.cc, decompose_indexing.cc, decompose_recurrent.cc,
-// decompose_einsum.cc) and the building blocks they share. Every
+// decompose_einsum.cc, decompose_attention.cc) and the building blocks they share. Every
 // rewrite emits primitive ops only (primitives.h): the pass does not
 // decompose what a rewrite inserts.
 #pragma once
@@ -34,6 +34,7 @@ const MultiRewriteTable& MultiRewrites();     // decompose.cc
 const RewriteTable& LossRewrites();           // decompose_losses.cc
 const RewriteTable& NormalizationRewrites();  // decompose_normalization.cc
 const RewriteTable& IndexingRewrites();       // decompose_indexing.cc
+const RewriteTable& AttentionRewrites();      // decompose_attention.cc
 const MultiRewriteTable& NormalizationMultiRewrites();
 const MultiRewriteTable& RecurrentMultiRewrites();  // decompose_recurrent.cc
 

@@ -357,6 +357,7 @@ absl::StatusOr<FusedKernelPlan> Lower(const Node* group) {
         else if (kind == aten::lt) cmp = kir::Cmp::kLt;
         else if (kind == aten::ge) cmp = kir::Cmp::kGe;
         else if (kind == aten::le) cmp = kir::Cmp::kLe;
+        else if (kind == aten::ne) cmp = kir::Cmp::kNe;
         compares[out] = {cmp, x, y};
         break;
       }

@@ -40,6 +40,7 @@ const std::vector<PrimitiveOp>& PrimitiveOps() {
       {"aten::ge", F::kElementwise, false, X::kCompare},
       {"aten::le", F::kElementwise, false, X::kCompare},
       {"aten::eq", F::kElementwise, false, X::kCompare},
+      {"aten::ne", F::kElementwise, false, X::kCompare},
       {"aten::type_as", F::kElementwise, true, X::kTypeAs},
       {"aten::zeros_like", F::kElementwise, false, X::kLike},
       {"aten::ones_like", F::kElementwise, false, X::kLike},
@@ -59,7 +60,6 @@ const std::vector<PrimitiveOp>& PrimitiveOps() {
       {"aten::amax", F::kReduction, true, X::kNone},
       // shape
       {"aten::reshape", F::kShape, true, X::kNone},
-      {"aten::view", F::kShape, true, X::kNone},
       {"aten::expand", F::kShape, true, X::kExpand},
       {"aten::sum_to_size", F::kShape, true, X::kNone},
       {"aten::t", F::kShape, true, X::kNone},

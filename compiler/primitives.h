@@ -12,7 +12,7 @@
 //                 gradient: it stops the derivative), floor ceil round trunc
 //                 (no gradient, as eager's zero)
 //   reductions    sum sum.dim_IntList mean mean.dim logsumexp amax
-//   shape         reshape view expand sum_to_size t transpose unsqueeze
+//   shape         reshape expand sum_to_size t transpose unsqueeze
 //                 squeeze.dim size numel flatten permute
 //                 constant_pad_nd (negative pads crop; its own adjoint)
 //   linear algebra mm

@@ -8,10 +8,6 @@ void AddShapeRules(RuleTable& t) {
        [](Emit& e, Node* n, const Grads& go) -> Grads {
          return {e.op("aten::reshape", {go[0], e.size(n->input(0))}), nullptr};
        });
-  t.emplace("aten::view",
-       [](Emit& e, Node* n, const Grads& go) -> Grads {
-         return {e.op("aten::reshape", {go[0], e.size(n->input(0))}), nullptr};
-       });
   t.emplace("aten::expand",
        [](Emit& e, Node* n, const Grads& go) -> Grads {
          Grads r(n->inputs().size(), nullptr);

@@ -47,8 +47,7 @@ Value* IdentityOf(Node* node) {
   if (!in_type || !out_type) return nullptr;
   const auto in_sizes = *in_type->sizes().concrete_sizes();
   const auto out_sizes = *out_type->sizes().concrete_sizes();
-  if (kind == aten::sum_to_size || kind == aten::expand || kind == aten::reshape ||
-      kind == aten::view) {
+  if (kind == aten::sum_to_size || kind == aten::expand || kind == aten::reshape) {
     if (in_sizes == out_sizes && in_type->scalarType() == out_type->scalarType()) {
       return in;
     }

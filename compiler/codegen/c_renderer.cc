@@ -21,6 +21,7 @@ const char* CmpOp(kir::Cmp c) {
     case kir::Cmp::kGe: return ">=";
     case kir::Cmp::kLe: return "<=";
     case kir::Cmp::kEq: return "==";
+    case kir::Cmp::kNe: return "!=";
   }
   return ">";
 }

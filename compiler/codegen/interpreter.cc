@@ -22,6 +22,7 @@ bool Compare(Cmp c, T a, T b) {
     case Cmp::kGe: return a >= b;
     case Cmp::kLe: return a <= b;
     case Cmp::kEq: return a == b;
+    case Cmp::kNe: return a != b;
   }
   return false;
 }

@@ -48,6 +48,7 @@ const char* CmpName(Cmp c) {
     case Cmp::kGe: return "ge";
     case Cmp::kLe: return "le";
     case Cmp::kEq: return "eq";
+    case Cmp::kNe: return "ne";
   }
   return "?";
 }

@@ -37,7 +37,7 @@ namespace metafuse::codegen::kir {
 
 enum class DType : uint8_t { kF32, kF64 };
 enum class Access : uint8_t { kElement, kBroadcast, kInner, kOuter, kMiddle, kPeriodic };
-enum class Cmp : uint8_t { kGt, kLt, kGe, kLe, kEq };
+enum class Cmp : uint8_t { kGt, kLt, kGe, kLe, kEq, kNe };
 
 enum class Op : uint8_t {
   kInput,     // index = input number

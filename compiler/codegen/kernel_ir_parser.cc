@@ -145,7 +145,7 @@ bool ParseNode(Line& l, Kernel& k) {
   }
   if (n.op == Op::kSelect) {
     found = false;
-    for (Cmp c : {Cmp::kGt, Cmp::kLt, Cmp::kGe, Cmp::kLe, Cmp::kEq}) {
+    for (Cmp c : {Cmp::kGt, Cmp::kLt, Cmp::kGe, Cmp::kLe, Cmp::kEq, Cmp::kNe}) {
       if (op_text == absl::StrCat("select.", CmpName(c))) {
         n.cmp = c;
         found = true;

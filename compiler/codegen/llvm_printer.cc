@@ -45,6 +45,7 @@ const char* FCmp(Cmp c) {
     case Cmp::kGe: return "oge";
     case Cmp::kLe: return "ole";
     case Cmp::kEq: return "oeq";
+    case Cmp::kNe: return "une";  // unordered: NaN != NaN, as in C and torch
   }
   return "ogt";
 }

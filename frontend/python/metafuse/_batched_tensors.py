@@ -83,15 +83,43 @@ def physical_grad(output, leaves, grad_op):
     return [_functorch._add_batch_dim(g, d, level) for g, d in zip(grads, dims)]
 
 
+def _tracer_key_excluded():
+    """The Tracer dispatch key, when it is excluded on this thread, else None.
+    torch 2.x runs some Python decompositions (nll_loss's under vmap) with it
+    excluded: nothing there is recorded, but setting the tracing state there
+    is refused ("NoTracerDispatchMode") while the Python tracer hooks
+    (``.shape`` of a wrapper) still see it."""
+    parse = getattr(torch._C, "_dispatch_key_parse", None)
+    if parse is None:
+        return None
+    key = parse("Tracer")
+    return key if torch._C._dispatch_tls_is_dispatch_key_excluded(key) else None
+
+
+def _set_tracing_state(state):
+    excluded = _tracer_key_excluded()
+    if excluded is None:
+        torch._C._set_tracing_state(state)
+        return
+    torch._C._dispatch_tls_set_dispatch_key_excluded(excluded, False)
+    try:
+        torch._C._set_tracing_state(state)
+    finally:
+        torch._C._dispatch_tls_set_dispatch_key_excluded(excluded, True)
+
+
 @contextlib.contextmanager
 def no_tracing():
     """Python values read here are constants of the trace, not recorded."""
     state = torch._C._get_tracing_state()
-    torch._C._set_tracing_state(None)
+    if state is None:
+        yield
+        return
+    _set_tracing_state(None)
     try:
         yield
     finally:
-        torch._C._set_tracing_state(state)
+        _set_tracing_state(state)
 
 
 def _untraced(read):

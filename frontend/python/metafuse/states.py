@@ -51,6 +51,22 @@ _STATE_TYPES = {
                 CenteredMomentumRMSPropState)
 }
 
+_STATE_TYPES[UninitializedState.__name__] = UninitializedState
+
+
+def _allow_in_weights_only_load():
+    """torch >= 2.6 loads with ``weights_only=True`` by default, which
+    unpickles only allowlisted types: a state saved with ``torch.save``
+    loads back with a plain ``torch.load`` once its types are on the list.
+    They are plain namedtuples of tensors (no code runs when loading them)."""
+    import torch
+    add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
+    if add_safe_globals is not None:  # torch >= 2.4
+        add_safe_globals(list(_STATE_TYPES.values()))
+
+
+_allow_in_weights_only_load()
+
 
 def from_raw(raw, spec):
     """C++ record (name, fields, children) -> namedtuple (or tuple for chains).

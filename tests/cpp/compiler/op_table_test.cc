@@ -22,7 +22,7 @@ const std::set<std::string> kRuleNames = {
     "aten::pow", "aten::sin", "aten::cos", "aten::erf", "aten::log1p", "aten::expm1",
     "aten::abs", "aten::where",
     "aten::type_as", "aten::clone", "aten::contiguous", "aten::sum", "aten::mean",
-    "aten::logsumexp", "aten::amax", "aten::reshape", "aten::view", "aten::expand",
+    "aten::logsumexp", "aten::amax", "aten::reshape", "aten::expand",
     "aten::sum_to_size", "aten::t", "aten::transpose", "aten::unsqueeze", "aten::squeeze",
     "aten::mm", "aten::bmm", "aten::flatten", "aten::permute", "aten::constant_pad_nd", "aten::conv2d",
     "aten::conv_transpose2d", "aten::max_pool2d_with_indices", "aten::gather",

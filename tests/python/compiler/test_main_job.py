@@ -19,7 +19,7 @@ def test_main_job_runs_and_the_variants_agree(tmp_path):
     assert "median meta-step time" in run.stdout
     result = json.loads(out.read_text())
     losses = result["losses"]
-    assert set(losses) == {"eager unfused", "eager fused", "functorch vmap",
+    assert set(losses) == {"eager unfused", "eager fused", "torch.func vmap",
                            "compiled, fusion off", "compiled per task", "compiled batched",
                            "compiled chunked"}
     for name, curve in losses.items():
