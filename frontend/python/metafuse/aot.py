@@ -40,6 +40,7 @@ import zipfile
 import torch
 
 from metafuse import _C
+from metafuse import _torch_func
 from metafuse import tree as _tree
 from metafuse.batching import BatchedFunction
 from metafuse.compiler import CompiledFunction, CompiledInnerLoop
@@ -258,6 +259,13 @@ class LoadedProgram:
         self._output = constants["output"]
 
     def __call__(self, *args):
+        if torch._C._get_tracing_state() is None and _torch_func.user_transforms_active():
+            _torch_func.refuse(
+                "metafuse.aot.LoadedProgram",
+                "a compiled program's autograd node is C++, with no batching or "
+                "functorch rule; call it outside the transform (its outputs are "
+                "differentiable by torch.autograd.grad / .backward()), and for a batch "
+                "save a metafuse.vmap of the function")
         leaves, spec = _tree.flatten(list(args))
         expected = self.manifest["inputs"]
         if str(spec) != expected["structure"]:

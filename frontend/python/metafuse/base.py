@@ -14,6 +14,7 @@ import torch
 
 from metafuse import _C
 from metafuse import _functorch_count
+from metafuse import _torch_func
 from metafuse import states as _states
 from metafuse import tree as _tree
 
@@ -109,6 +110,15 @@ class GradientTransformation:
     def _core_update(self, leaves, raw_state, param_leaves, inplace):
         """The C++ update; under functorch.vmap the step count crosses as a
         host value (see metafuse._functorch_count)."""
+        if _torch_func.transforms_active():
+            fused = _fused_alias(self)
+            if fused is not None:
+                raise _torch_func.TorchFuncUnsupportedError(
+                    f"metafuse.{fused}(fused=True) (use_accelerated_op=True) runs "
+                    "metafuse's fused multi-tensor kernels, which torch.func transforms "
+                    "cannot run (no batching rule; a C++ autograd node, which grad, vjp, "
+                    "jacrev and jvp cannot differentiate); under torch.func transforms "
+                    "use fused=False (the same numbers)")
         raw_state, replaced = _functorch_count.to_host(raw_state)
         try:
             new_leaves, new_state = self._core.update(leaves, raw_state,
@@ -210,6 +220,20 @@ def _same(x, y):
     if x._update_fn is not None:
         return x._init_fn == y._init_fn and x._update_fn == y._update_fn
     return False
+
+
+def _fused_alias(tx):
+    """The alias name of a fused transformation in ``tx`` (an alias made
+    with fused=True, or a chain holding one), else None."""
+    config = getattr(tx, "_config", None)
+    if isinstance(config, tuple) and len(config) == 2 and isinstance(config[1], dict) \
+            and config[1].get("fused"):
+        return config[0]
+    for part in getattr(tx, "transformations", ()):
+        name = _fused_alias(part)
+        if name is not None:
+            return name
+    return None
 
 
 class ChainedGradientTransformation(GradientTransformation):

@@ -57,6 +57,7 @@ from metafuse import _cost_timing
 from metafuse import _parallel_chunks
 from metafuse import _recomputed_chunks
 from metafuse import _task_gradients
+from metafuse import _torch_func
 from metafuse import tree as _tree
 from metafuse.compiler import CompilationFallbackWarning, CompiledFunction
 
@@ -222,6 +223,15 @@ class BatchedFunction:
         return sizes.pop()
 
     def __call__(self, *args):
+        if torch._C._get_tracing_state() is None and _torch_func.user_transforms_active():
+            _torch_func.refuse(
+                f"metafuse.vmap ({self._subject()})",
+                "it runs compiled programs and task nodes whose autograd is C++ or "
+                "first-order, with no batching or functorch rule. Call it outside the "
+                "transform: it is itself the batching route (in place of torch.func.vmap), "
+                "its outputs are differentiable by torch.autograd.grad / .backward(), and "
+                "metafuse.grad inside the function takes per-task gradients; or apply "
+                "torch.func to the function itself")
         dims = self._dims_per_argument(args)
         leaves = [_tree.leaves(arg) for arg in args]  # once per call: read below
         size = self._batch_size_of(leaves, dims)
@@ -406,7 +416,10 @@ class BatchedFunction:
             expanded = [_tree.map(lambda t: t.expand(size, *t.shape), arg)
                         if i in shared_grad else arg for i, arg in enumerate(args)]
             try:
-                return functorch.vmap(self.fn, in_dims=inner_dims, out_dims=self.out_dims,
+                # (its level is metafuse's own: what runs inside is not refused
+                # as under a caller's torch.func transform)
+                return functorch.vmap(_torch_func.owned(self.fn), in_dims=inner_dims,
+                                      out_dims=self.out_dims,
                                       randomness=self.randomness)(*expanded)
             except (RuntimeError, ValueError, TypeError) as exc:
                 if torch._C._get_tracing_state() is not None:

@@ -28,6 +28,15 @@ outside the primitive set, data-dependent control flow the tracer warns
 about, an unsupported optimizer option) makes the call run eagerly with the
 same metafuse optimizer instead, after one CompilationFallbackWarning that
 says why: never a wrong result.
+
+torch.func transforms (vmap, grad, vjp, jacrev, ...) cannot run a compiled
+program: its autograd node is C++, with no batching or functorch rule. Under
+one that the caller opened (metafuse.vmap's own are not), a function
+compiled by ``compile`` raises TorchFuncUnsupportedError naming
+metafuse.vmap and metafuse.grad, the compiled routes; an inner loop from
+``compile_inner_loop`` runs eagerly instead (its semantics are known: the
+loss's gradients by torch.func.grad, metafuse's optimizer as torch
+operations), after one CompilationFallbackWarning.
 """
 
 import contextlib
@@ -43,6 +52,7 @@ import torch
 from metafuse import _C
 from metafuse import _batched_tensors
 from metafuse import _fusion_check
+from metafuse import _torch_func
 from metafuse import tree as _tree
 from metafuse.alias import _is_rate_tree
 from metafuse.base import GradientTransformation, apply_updates
@@ -324,6 +334,8 @@ class CompiledInnerLoop(_CompiledBase):
         self._fast = None  # the last guard's _FastPath
 
     def __call__(self, params, *batch):
+        if _under_user_transform():
+            return self._under_transform(params, batch)
         if torch._C._get_tracing_state() is not None or (
                 _batched_tensors.transforms_active() and
                 any(_batched_tensors.is_batched(t) for t in _tree.leaves((params, batch)))):
@@ -432,6 +444,35 @@ class CompiledInnerLoop(_CompiledBase):
             self._batched = (key, vmap(self, in_dims=(None,) + (0,) * key))
         return self._batched[1](params, *batch)
 
+    def _under_transform(self, params, batch):
+        """The loop under a torch.func transform the caller opened: eager,
+        each step's gradients by torch.func.grad (differentiable by every
+        transform outside), metafuse's optimizer out of place."""
+        if not getattr(self, "_said_transform", False):
+            self._said_transform = True
+            warnings.warn(f"{self._api}: called under a torch.func transform, which cannot "
+                          "run a compiled program; running the inner loop eagerly "
+                          "(same results, not compiled). The compiled routes are "
+                          "metafuse.vmap in place of torch.func.vmap and "
+                          "torch.autograd.grad / .backward() outside the transform",
+                          CompilationFallbackWarning, stacklevel=3)
+        grad_and_value = _torch_func.grad_and_value()
+        state = self.optimizer.init(params)
+        losses = []
+        for _ in range(self.steps):
+            leaves, spec = _tree.flatten(params)
+
+            def loss_of(*step_leaves, spec=spec):
+                return self.loss_fn(_tree.unflatten(spec, list(step_leaves)), *batch)
+            grads, loss = grad_and_value(loss_of, argnums=tuple(range(len(leaves))))(*leaves)
+            updates, state = self.optimizer.update(_tree.unflatten(spec, list(grads)), state,
+                                                   params=params, inplace=False)
+            params = apply_updates(params, updates, inplace=False)
+            losses.append(loss)
+        if self.return_losses:
+            return params, torch.stack(losses)
+        return params
+
     def _eager(self, params, batch):
         """The reference semantics: metafuse's own optimizer, out of place."""
         return self._unroll(params, batch, _autograd_gradients)
@@ -513,6 +554,13 @@ def grad(output, inputs):
     return _tree.unflatten(spec, list(torch.ops.metafuse.grad(output, leaves)))
 
 
+def _under_user_transform():
+    """Whether this call runs under a torch.func transform the caller opened
+    (not one of metafuse.vmap's, not while metafuse traces)."""
+    return (torch._C._get_tracing_state() is None
+            and _torch_func.user_transforms_active())
+
+
 def _records_gradient(leaves):
     """Whether a call on ``leaves`` records a graph: grad mode is on and
     some input requires grad."""
@@ -560,6 +608,15 @@ class CompiledFunction(_CompiledBase):
         self._forward_only_on = True  # off inside recording_programs()
 
     def __call__(self, *args):
+        if _under_user_transform():
+            _torch_func.refuse(
+                f"{self._api} ({self._subject()})",
+                "a compiled program's autograd node is C++, with no batching or "
+                "functorch rule. The compiled routes: metafuse.vmap in place of "
+                "torch.func.vmap (one program for the batch), metafuse.grad inside the "
+                "compiled function in place of torch.func.grad, and torch.autograd.grad "
+                "/ .backward() on its outputs outside the transform; or apply torch.func "
+                "to the uncompiled function (`.fn`)")
         flat, specs, keys, extras, guard = self._flatten(args)
         if self._runs_forward_only(flat + extras):
             entry = self._forward_only_entry(args, specs, flat, keys, extras, guard)

@@ -1,8 +1,32 @@
-"""Python entry points of metafuse's fused operators (torch.ops.metafuse.*)."""
+"""Python entry points of metafuse's fused operators (torch.ops.metafuse.*).
+
+torch.func: the out-of-place single-tensor operators (ema_update and the
+fused steps ``adam``, ``sgd``, ...) are elementwise, and on torch >= 2.4
+each has a batching rule registered here (torch.library.register_vmap), so
+torch.func.vmap runs them as one call on the batch. Their backward is a C++
+autograd node, which torch.func.grad, vjp, jacrev and jvp cannot
+differentiate: these entry points raise TorchFuncUnsupportedError under
+those (the multi-tensor operators too); differentiate them with
+torch.autograd.grad outside the transform, or use the optimizers with
+fused=False (the same numbers) under torch.func. The multi-tensor
+operators have no batching rule (torch's error names the operator).
+"""
 
 import torch
 
 from metafuse import _C  # noqa: F401  (registers torch.ops.metafuse)
+from metafuse import _torch_func
+
+
+def _refuse_differentiating(name):
+    if _torch_func.differentiating_transforms_active():
+        _torch_func.refuse(
+            f"metafuse.ops.{name}",
+            "the fused operator's backward is a C++ autograd node, which "
+            "torch.func.grad, vjp, jacrev and jvp cannot differentiate; "
+            "differentiate it with torch.autograd.grad outside the transform, or "
+            "under torch.func use the optimizers with fused=False (metafuse.adam(..., "
+            "fused=False) and so on: the same numbers)")
 
 
 def ema_update(moment: torch.Tensor, update: torch.Tensor, decay: float,
@@ -20,6 +44,7 @@ def ema_update(moment: torch.Tensor, update: torch.Tensor, decay: float,
     if not isinstance(update, torch.Tensor):
         raise TypeError(f"ema_update: `update` must be a torch.Tensor, got "
                         f"{type(update).__name__}")
+    _refuse_differentiating("ema_update")
     return torch.ops.metafuse.ema_update(moment, update, float(decay),
                                          int(order))
 
@@ -65,6 +90,7 @@ def _fused_step(name):
 
     def call(*args, **kwargs):
         _check_args(name, schema, args, kwargs)
+        _refuse_differentiating(name)
         return packet(*args, **kwargs)
 
     call.__name__ = name
@@ -111,3 +137,39 @@ def adamw_multi(grads, mus, nus, params, *, count, lr=1e-3, b1=0.9, b2=0.999,
                       b2=b2, eps=eps, eps_root=eps_root,
                       weight_decay=weight_decay, decoupled_weight_decay=True,
                       maximize=maximize)
+
+
+# --- batching rules (torch >= 2.4; module docstring) ------------------------
+
+def _elementwise_rule(packet):
+    """The batching rule of an elementwise operator: every tensor argument
+    with the batch dimension first (a shared one expanded to the batch),
+    one call, every output batched at 0 (None stays None)."""
+    def rule(info, in_dims, *args, **kwargs):
+        size = info.batch_size
+        physical = []
+        for arg, dim in zip(args, in_dims):
+            if isinstance(arg, torch.Tensor):
+                arg = (arg.movedim(dim, 0) if dim is not None
+                       else arg.expand(size, *arg.shape)).contiguous()
+            physical.append(arg)
+        out = packet(*physical, **kwargs)
+        if isinstance(out, torch.Tensor):
+            return out, 0
+        return out, tuple(None if o is None else 0 for o in out)
+    return rule
+
+
+def _register_batching_rules():
+    register = getattr(torch.library, "register_vmap", None)
+    if register is None:
+        return
+    for name in ("ema_update",) + _FUSED_STEPS:
+        try:
+            register(f"metafuse::{name}",
+                     _elementwise_rule(getattr(torch.ops.metafuse, name).default))
+        except RuntimeError:  # registered already (the package loaded twice)
+            pass
+
+
+_register_batching_rules()

@@ -24,6 +24,13 @@ per sample; a TorchScript function (torch.jit.script) is evaluated in C++ with
 the samples spread over OpenMP threads; any other function is called once per
 sample. Noise comes from the torch random generator, so results are
 reproducible under torch.manual_seed.
+
+torch.func transforms (vmap, grad, jacrev, ...) do not apply: the estimate
+is drawn in the backward from fresh noise and combined in C++, with no
+batching rule and nothing to differentiate again. Called under one, a
+zero-order function raises a clear error (TorchFuncUnsupportedError, a
+RuntimeError); call it outside the transform and use ``.backward()`` or
+torch.autograd.grad, in a loop over the batch in place of vmap.
 """
 
 import functools
@@ -32,6 +39,7 @@ import numbers
 import torch
 
 from metafuse import _C
+from metafuse import _torch_func
 from metafuse import tree as _tree
 
 _core = _C._diff
@@ -68,6 +76,15 @@ def _check_config(method, num_samples, sigma):
                          f"got {num_samples!r}")
     if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not sigma > 0:
         raise ValueError(f"zero_order: `sigma` must be a number > 0, got {sigma!r}")
+
+
+def _refuse_transforms(what):
+    if _torch_func.transforms_active():
+        _torch_func.refuse(
+            what, "a zero-order gradient is a random estimate drawn in the backward and "
+            "combined in C++ (no batching rule, not differentiable again); call it outside "
+            "the transform and use .backward() or torch.autograd.grad, in a loop over the "
+            "batch in place of vmap")
 
 
 def _as_scalar(value, what):
@@ -159,6 +176,8 @@ def zero_order(distribution, method="naive", argnums=(0,), num_samples=1,
 
         @functools.wraps(fn)
         def wrapped(*args):
+            _refuse_transforms(
+                f"metafuse.diff.zero_order ({getattr(fn, '__name__', 'function')})")
             if max(argnums) >= len(args):
                 raise ValueError(f"zero_order: argnums {argnums} out of range "
                                  f"for {len(args)} positional argument(s)")
@@ -265,6 +284,8 @@ class ZeroOrderGradientModule(torch.nn.Module):
 
 
 def _module_call(module, user_forward, args, kwargs):
+    _refuse_transforms(f"metafuse.diff.zero_order.ZeroOrderGradientModule "
+                       f"({type(module).__name__})")
     method, num_samples, sigma = type(module)._zero_order
     params = [p for p in module.parameters() if p.requires_grad]
     if not params:

@@ -53,6 +53,7 @@ import time
 import torch
 import torch.distributed.rpc as rpc
 
+from metafuse import _torch_func
 from metafuse import aot
 from metafuse import tree as _tree
 from metafuse.batching import vmap
@@ -378,6 +379,15 @@ class TaskScheduler:
     def _prepare(self, params, task_batch):
         """Checks the arguments, registers the task where needed; the
         parameters' leaves."""
+        if _torch_func.transforms_active():
+            # The scheduler's nodes (_RemoteTasks, _ReducedRemoteTasks) carry
+            # gradients computed by the workers: first-order, not batchable.
+            _torch_func.refuse(
+                "metafuse.distributed.TaskScheduler",
+                "its autograd nodes carry the gradients the workers computed "
+                "(first-order, no batching rule); call it outside the transform and "
+                "use torch.autograd.grad / .backward() on the loss; it batches the "
+                "tasks itself (batched=True runs each worker's share as a metafuse.vmap)")
         leaves, spec = _tree.flatten(params)
         if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
             raise TypeError("TaskScheduler: `params` must be a pytree of tensors")

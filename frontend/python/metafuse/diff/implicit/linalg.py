@@ -1,6 +1,15 @@
 """Matrix-free linear algebra on pytrees: conjugate gradient and the Neumann
 series. The work runs in C++ (metafuse._C._diff); the operator is a callable
-applied to pytrees shaped like ``b`` (or a matrix, for a tensor ``b``)."""
+applied to pytrees shaped like ``b`` (or a matrix, for a tensor ``b``).
+
+Under a torch.func transform (vmap, grad, jacrev, ...) the same algorithms
+run as torch operations instead (``torch_*`` below): C++ reads scalars out
+of tensors to decide when to stop, which vmap forbids, and its results
+carry no gradient. There a loop runs until every batch entry has reached
+the tolerance (entries that have stop changing: the updates are masked),
+and the result is differentiable. custom_root's backward uses them too
+where its own result must be differentiable (create_graph, or a transform).
+"""
 
 import numbers
 import warnings
@@ -8,6 +17,7 @@ import warnings
 import torch
 
 from metafuse import _C
+from metafuse import _torch_func
 from metafuse import tree as _tree
 
 _core = _C._diff
@@ -102,6 +112,11 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     leaves, spec = _leaves(b, "cg")
     init = [] if x0 is None else list(_tree.flatten_as(spec, x0))
     precondition = None if M is None else _flat_operator(M, spec, "cg (M)")
+    if _torch_func.transforms_active():
+        x = torch_cg(_flat_operator(A, spec, "cg"), leaves, init, ridge=ridge,
+                     maxiter=maxiter, rtol=rtol, atol=atol, precondition=precondition,
+                     name="cg")
+        return _tree.unflatten(spec, x)
     with torch.no_grad():
         result = _core.cg(_flat_operator(A, spec, "cg"), leaves, ridge,
                           -1 if maxiter is None else int(maxiter), float(rtol),
@@ -138,6 +153,9 @@ def ns(A, b, maxiter=None, *, alpha=None, ridge=0.0):
     leaves, spec = _leaves(b, "ns")
     if maxiter == 0:
         return _tree.unflatten(spec, [alpha * t for t in leaves])
+    if _torch_func.transforms_active():
+        return _tree.unflatten(spec, torch_neumann(_flat_operator(A, spec, "ns"), leaves,
+                                                   alpha, ridge=ridge, maxiter=maxiter))
     with torch.no_grad():
         x, *_ = _core.neumann(_flat_operator(A, spec, "ns"), leaves, alpha,
                               ridge, maxiter, 0.0, 0.0)
@@ -164,9 +182,139 @@ def ns_inv(A, maxiter=None, *, alpha=None):
         # The series applied to the identity's columns, in C++: its first
         # maxiter terms are the (maxiter - 1)-step series.
         eye = torch.eye(m.shape[0], dtype=m.dtype, device=m.device)
+        if _torch_func.transforms_active():
+            out.append(torch_neumann(lambda leaves, m=m: [m @ leaves[0]], [eye], alpha,
+                                     maxiter=maxiter - 1)[0] if maxiter > 1 else alpha * eye)
+            continue
         with torch.no_grad():
             x, *_ = _core.neumann(lambda leaves, m=m: [m @ leaves[0]], [eye],
                                   alpha, 0.0, maxiter - 1, 0.0, 0.0) \
                 if maxiter > 1 else ([alpha * eye],)
         out.append(x[0])
     return _tree.unflatten(spec, out)
+
+
+# --- the same algorithms as torch operations (module docstring) -------------
+
+def _vdot(a, b):
+    """The inner product over all leaves: a 0-dim tensor (one per batch
+    entry under vmap)."""
+    total = None
+    for x, y in zip(a, b):
+        term = (x.reshape(-1) * y.reshape(-1)).sum()
+        total = term if total is None else total + term
+    return total
+
+
+def _apply(op, x, ridge):
+    """(A + ridge I) x on leaf lists."""
+    y = op(x)
+    if len(y) != len(x):
+        raise ValueError(f"the operator returned {len(y)} leaves for {len(x)}")
+    return [yi + ridge * xi for yi, xi in zip(y, x)] if ridge else list(y)
+
+
+def _unknowns(b):
+    return sum(t.numel() for t in b)
+
+
+def _where(flag, new, old):
+    return [torch.where(flag, n, o) for n, o in zip(new, old)]
+
+
+def _warn_unconverged(name, converged, iterations):
+    if not _torch_func.all_true(converged):
+        warnings.warn(f"{name} did not converge: the residual is above its target "
+                      f"after {iterations} iteration(s)", ConvergenceWarning, stacklevel=4)
+
+
+def torch_cg(op, b, init=None, *, ridge=0.0, maxiter=None, rtol=1e-10, atol=0.0,
+             precondition=None, name="cg"):
+    """Conjugate gradient on leaf lists (``op``: leaves -> leaves), as
+    torch operations: C++ cg's iteration and tolerance (|residual| <=
+    max(rtol |b|, atol), at most ``maxiter`` iterations, default 10 x the
+    unknowns, a breakdown p^T A p <= 0 stops), with each batch entry's
+    updates masked once it stops. Differentiable; runs under vmap."""
+    limit = maxiter if maxiter is not None else max(10 * _unknowns(b), 1)
+    x = [torch.zeros_like(t) for t in b] if not init else list(init)
+    r = [bi - ai for bi, ai in zip(b, _apply(op, x, ridge))]
+
+    def prec(v):
+        return list(precondition(v)) if precondition is not None else v
+
+    z = prec(r)
+    p = z
+    rz = _vdot(r, z)
+    target = torch.clamp(rtol * _vdot(b, b).clamp(min=0).sqrt(), min=atol)
+    active = _vdot(r, r).clamp(min=0).sqrt() > target
+    done = 0
+    while done < limit and not _torch_func.all_true(~active):
+        ap = _apply(op, p, ridge)
+        pap = _vdot(p, ap)
+        active = active & (pap > 0)  # a breakdown: A is not positive definite here
+        one = torch.ones_like(pap)
+        alpha = torch.where(active, rz / torch.where(active, pap, one), torch.zeros_like(pap))
+        x = [xi + alpha * pi for xi, pi in zip(x, p)]
+        r = [ri - alpha * api for ri, api in zip(r, ap)]
+        z = prec(r)
+        rz_next = _vdot(r, z)
+        beta = torch.where(active, rz_next / torch.where(active, rz, one),
+                           torch.zeros_like(rz))
+        p = _where(active, [zi + beta * pi for zi, pi in zip(z, p)], p)
+        rz = torch.where(active, rz_next, rz)
+        active = active & (_vdot(r, r).clamp(min=0).sqrt() > target)
+        done += 1
+    _warn_unconverged(name, _vdot(r, r).clamp(min=0).sqrt() <= target, done)
+    return x
+
+
+def torch_normal_cg(op, op_t, b, init=None, *, ridge=0.0, maxiter=None, rtol=1e-10,
+                    atol=0.0, name="normal_cg"):
+    """CG on the normal equations (A^T A + ridge I) x = A^T b, as torch
+    operations (``op_t`` applies A^T)."""
+    return torch_cg(lambda v: op_t(op(v)), list(op_t(b)), init, ridge=ridge,
+                    maxiter=maxiter, rtol=rtol, atol=atol, name=name)
+
+
+def torch_neumann(op, b, alpha, *, ridge=0.0, maxiter=10, rtol=None, atol=0.0,
+                  name="ns"):
+    """alpha sum_k (I - alpha (A + ridge I))^k b as torch operations:
+    ``maxiter`` terms after the first; with ``rtol``, each batch entry stops
+    adding terms once a term is below alpha max(rtol |b|, atol)."""
+    term = [alpha * t for t in b]
+    x = list(term)
+    if rtol is None:
+        for _ in range(maxiter):
+            term = [t - alpha * a for t, a in zip(term, _apply(op, term, ridge))]
+            x = [xi + ti for xi, ti in zip(x, term)]
+        return x
+    target = torch.clamp(rtol * _vdot(b, b).clamp(min=0).sqrt(), min=atol)
+    active = torch.ones_like(target, dtype=torch.bool)
+    done = 0
+    while done < maxiter and not _torch_func.all_true(~active):
+        term = [t - alpha * a for t, a in zip(term, _apply(op, term, ridge))]
+        x = _where(active, [xi + ti for xi, ti in zip(x, term)], x)
+        active = active & (_vdot(term, term).clamp(min=0).sqrt() > alpha * target)
+        done += 1
+    residual = [bi - ai for bi, ai in zip(b, _apply(op, x, ridge))]
+    _warn_unconverged(name, _vdot(residual, residual).clamp(min=0).sqrt() <= target, done)
+    return x
+
+
+def torch_dense(op, b, *, ridge=0.0, name="inv"):
+    """Forms A + ridge I (one matvec per unknown) and solves with LU, as
+    torch operations (torch.linalg.solve)."""
+    n = _unknowns(b)
+    if n > 20000:
+        raise ValueError(f"{name}: {n} unknowns is too many to form the matrix; use "
+                         "cg or normal_cg")
+    sizes = [t.numel() for t in b]
+    flat_b = torch.cat([t.reshape(-1) for t in b])
+    eye = torch.eye(n, dtype=flat_b.dtype, device=flat_b.device)
+    columns = []
+    for j in range(n):
+        unit = list(torch.split(eye[j], sizes))
+        image = _apply(op, [u.reshape(t.shape) for u, t in zip(unit, b)], ridge)
+        columns.append(torch.cat([t.reshape(-1) for t in image]))
+    x = torch.linalg.solve(torch.stack(columns, dim=1), flat_b)
+    return [piece.reshape(t.shape) for piece, t in zip(torch.split(x, sizes), b)]

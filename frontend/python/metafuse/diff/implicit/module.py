@@ -29,6 +29,15 @@ parameters are replaced by tensors whose backward is the implicit gradient
 As in TorchOpt, a subclass without ``optimality`` or ``objective`` is a
 TypeError when it is defined, and ``solve`` on a module without inner
 parameters or without meta-parameters is a RuntimeError.
+
+torch.func (torch >= 2.0): the implicit node is custom_root's, so
+torch.func.grad, vjp, jacrev and their nestings differentiate through
+``solve`` (the tensors the transform differentiates require grad inside it
+and are found as meta-parameters; ``solve``'s tensor arguments are node
+inputs). Forward mode and vmap alone mark no tensor as requiring grad, so
+no meta-parameter is found (the RuntimeError says so); and vmap cannot run
+a ``solve`` that writes batched values into the module's parameters in
+place (torch's in-place batching error). custom_root covers those.
 """
 
 import inspect
@@ -37,9 +46,10 @@ import functools
 
 import torch
 
+from metafuse import _torch_func
 from metafuse import tree as _tree
 from metafuse.diff.implicit import linear_solve as _linear_solve
-from metafuse.diff.implicit.custom_root import _ImplicitFunction
+from metafuse.diff.implicit.custom_root import _Plan, apply_implicit, tensor_slots
 from metafuse._meta_module import MetaGradientModule
 
 __all__ = ["ImplicitMetaGradientModule"]
@@ -144,8 +154,13 @@ def _check_parameters(module, meta, inner):
                            "nn.Parameters created in the module, not passed to "
                            "its constructor).")
     if not meta:
+        hint = ""
+        if _torch_func.transforms_active():
+            hint = (" Under torch.func, the tensors a reverse-mode transform (grad, vjp, "
+                    "jacrev) differentiates require grad and are found; forward mode "
+                    "(jvp, jacfwd) and vmap alone make none: use custom_root there.")
         raise RuntimeError(f"{name}: The module has no meta-parameters (tensors "
-                           "requiring grad or modules passed to its constructor).")
+                           "requiring grad or modules passed to its constructor)." + hint)
 
 
 def _optimality_from_objective(self, *args, **kwargs):
@@ -201,33 +216,43 @@ def _solve(module, user_solve, args, kwargs):
     solution = [p.detach().clone() for _, _, p in inner]
     meta_tensors = [t for _, _, t in meta]
 
-    def optimality(x, metas):
+    # The tensors among solve's arguments are node inputs (torch.func sees
+    # them); the optimality condition reads them from there.
+    others, rebuild = tensor_slots((list(args), kwargs))
+
+    def residual(x_leaves, metas, other_tensors):
+        call_args, call_kwargs = rebuild(other_tensors)
         saved = [(c, k, c[k]) for c, k, _ in meta + inner]
         try:
             for (c, k, _), t in zip(meta, metas):
                 c[k] = t
-            x_leaves = _tree.leaves(x)
             for (c, k, _), t in zip(inner, x_leaves):
                 c[k] = t
             if has_optimality:
-                return type(module).optimality(module, *args, **kwargs)
-            value = type(module).objective(module, *args, **kwargs)
-            if not isinstance(value, torch.Tensor) or value.numel() != 1:
-                raise ValueError(f"{name}.objective must return a scalar tensor")
-            grads = torch.autograd.grad(value, x_leaves, create_graph=True,
-                                        allow_unused=True)
-            return [torch.zeros_like(t) if g is None else g
-                    for g, t in zip(grads, x_leaves)]
+                value = type(module).optimality(module, *call_args, **call_kwargs)
+            else:
+                value = type(module).objective(module, *call_args, **call_kwargs)
+                if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                    raise ValueError(f"{name}.objective must return a scalar tensor")
+                grads = torch.autograd.grad(value, x_leaves, create_graph=True,
+                                            allow_unused=True)
+                value = [torch.zeros_like(t) if g is None else g
+                         for g, t in zip(grads, x_leaves)]
         finally:
             for c, k, v in saved:
                 c[k] = v
+        try:
+            return list(_tree.flatten_as(spec, value))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(
+                "custom_root: the optimality function must return a pytree "
+                f"with the structure of the solution: {exc}") from None
 
     solve = type(module)._linear_solve or _linear_solve.solve_normal_cg()
     spec = _tree.structure(list(solution))
-    plan = {"num_meta": len(meta_tensors), "solution": solution,
-            "solution_spec": spec, "meta_leaves": meta_tensors,
-            "optimality": optimality, "solve": solve}
-    outputs = _ImplicitFunction.apply(plan, *meta_tensors, *solution)
+    plan = _Plan(f"{name}.solve (ImplicitMetaGradientModule)", residual, solve, spec,
+                 len(meta_tensors), len(others))
+    outputs = apply_implicit(plan, meta_tensors, others, solution)
     replaced = {}
     for (container, key, param), out in zip(inner, outputs):
         replaced[(id(container), key)] = (container, key, param)
