@@ -17,27 +17,97 @@ Inner loop: 5 steps of SGD (the model's rate) or Adam (metafuse.adam, lr
 0.01 for the MLP and GRU, 0.001 for the conv nets, eps_root=1e-10 for a
 finite second order).
 
-Variants, alternating meta-steps in one run on the same tasks:
+Variants, alternating meta-steps in one run on the same tasks (--variants
+selects some; "eager metafuse" and "plain PyTorch" always run: they are the
+baselines of the ratios and of the gradient check):
   - eager metafuse : MetaSGD / MetaAdam on the nn.Module, task by task (the
                      TorchOpt idiom)
   - plain PyTorch  : a dict of params, torch.autograd.grad(create_graph=True)
-                     and the update written out, task by task
-  - functorch vmap : the tasks vmapped, the inner gradient functorch.grad
+                     and the update written out (written_out_update), task by
+                     task
+  - torch.func vmap: the tasks vmapped (torch.func.vmap), the inner gradient
+                     torch.func.grad, the net called by
+                     torch.func.functional_call, the update written out; the
+                     mean query loss .backward(). On torch 1.13 the same with
+                     functorch.vmap / functorch.grad and
+                     torch.nn.utils.stateless.functional_call (chosen in
+                     one place, functional())
+  - TorchOpt 0.7.3 : PyPI's torchopt: torchopt.MetaSGD / torchopt.MetaAdam
+                     (eps_root as below) on the nn.Module, task by task, exactly
+                     as "eager metafuse" does with metafuse's classes
+  - higher 0.2.1   : PyPI's higher: higher.innerloop_ctx over torch.optim.SGD,
+                     or torch.optim.Adam (higher's DifferentiableAdam), task by
+                     task. higher's Adam has torch.optim.Adam's formula
+                     (lr sqrt(1-b2^t)/(1-b1^t) mu / (sqrt(nu) + eps), entries
+                     with nu == 0 masked) and no eps_root: its Adam cells are
+                     not the sweep's formula, which the cell's note says; its
+                     meta-gradient is also compared with plain PyTorch's
+                     written out with that formula (grad_vs_torch_adam_plain)
+  - torch.compile plain: torch.compile (default backend, inductor) of plain
+                     PyTorch's per-task step (autograd.grad(create_graph=True)
+                     inner loop + query loss), .backward() outside. dynamo
+                     breaks the graph at autograd.grad and the inner
+                     create_graph=True backward runs through AOTAutograd's
+                     compiled backward, which refuses ("torch.compile with
+                     aot_autograd does not currently support double
+                     backward", torch 2.15): the cell records the refusal
+                     and its message ("refused") instead of a time, or the
+                     time and gradient check if a torch runs it
+  - torch.compile func: torch.compile of the torch.func vmap variant's loss
+                     (vmap over the tasks of the inner loop with
+                     torch.func.grad), .backward() on the mean loss: the inner
+                     gradients are traced into the forward graph, so
+                     AOTAutograd's backward is first order and the
+                     meta-gradient is the true second-order one (checked like
+                     every variant's). Its first call is the compile. Like
+                     torch.func vmap itself it is wrong on the conv net (and,
+                     by the same BatchNorm, presumably the resnet, as with
+                     functorch 1.13 in docs/sweep.md): torch.func.vmap's
+                     batching of BatchNorm at second order (torch 2.15, conv
+                     --small, SGD: 0.42 off, uncompiled and with the eager,
+                     aot_eager and inductor backends alike)
+  - torch.compile func per task: for those nets, torch.compile of one
+                     task's inner loop with torch.func.grad, no vmap (the
+                     inner gradients traced into the forward graph as above),
+                     .backward() task by task. Right on the conv net (--small,
+                     SGD, --float64: 4e-14 from plain PyTorch); in float32
+                     inductor's kernels round differently enough (6e-4 from
+                     the float64 truth, 23x plain's distance) to be flagged,
+                     which the note then says is small
+  - torch.compile first-order: the same compiled vmap with the inner
+                     gradients detached (first-order MAML): a reference for
+                     speed that computes a DIFFERENT meta-gradient; compared
+                     with plain PyTorch's first-order meta-gradient
+                     (grad_vs_first_order_plain), never flagged against the
+                     second-order one
   - compiled per task: metafuse.compile_inner_loop, task by task
   - compiled batched : metafuse.vmap of adapt + query loss (one program for
                      the meta-batch)
   - compiled chunked : with --chunk-size K only: the same metafuse.vmap with
                      chunk_size=K (K tasks' saved values alive at a time, each
                      chunk run again in the backward)
+The torch.compile variants and the peers run by default on torch 2.x; on
+torch 1.13 (no torch.compile) they are left out unless --variants names them
+(a torch.compile cell then says why it did not run). A peer that does not
+import is "not installed" in its cell. learn2learn is absent: its source
+build fails on Python 3.11 (its generated C includes longintrepr.h, which
+3.11 moved; tools/setup_venv.sh), so it has no variant. A variant that raises
+is recorded in its cell ("error", or "refused") and the sweep goes on.
 Each thread count runs in its own process (torch.set_num_threads and
-OMP_NUM_THREADS; an empty kernel cache of its own, so the first call of a
-compiled variant is a cold compile). Peak tensor memory: one fresh process
-per (model, optimizer, variant), 1 thread, like bench/maml_compiled.py.
+OMP_NUM_THREADS; an empty metafuse kernel cache and an empty inductor cache
+of its own, and torch._dynamo reset at the start of every (model, optimizer)
+cell, so the first call of a compiled variant is a cold compile). Peak
+tensor memory: one fresh process per (model, optimizer, variant), 1 thread,
+like bench/maml_compiled.py (not for a variant whose timing cell did not run,
+nor by default for the torch.compile variants: --memory-variants).
 
-    PYTHONPATH=frontend/python /usr/bin/python3 bench/sweep.py \\
+    .venv/bin/python bench/sweep.py     (torch 2.x, metafuse installed)
+    PYTHONPATH=frontend/python /usr/bin/python3 bench/sweep.py   (torch 1.13)
         [--models sinusoid,conv,resnet,gru] [--threads 1,2] \\
         [--optimizers sgd,adam] [--repeats N] [--small] [--chunk-size K] \\
-        [--json OUT]
+        [--variants NAME,...] [--memory-variants NAME,...] [--json OUT]
+(--variants takes variant names and the groups "torch.compile", "peers" and
+"metafuse compiled"; --list-variants prints them.)
 """
 
 import argparse
@@ -57,16 +127,85 @@ import torch.nn.functional as F
 
 import metafuse as mf
 
-VARIANTS = ("eager metafuse", "plain PyTorch", "functorch vmap", "compiled per task",
-            "compiled batched")
+FUNC = "torch.func vmap"
+TC_PLAIN, TC_FUNC, TC_FUNC_TASK, TC_FIRST = (
+    "torch.compile plain", "torch.compile func", "torch.compile func per task",
+    "torch.compile first-order")
+TORCH_COMPILE = (TC_PLAIN, TC_FUNC, TC_FUNC_TASK, TC_FIRST)
+TORCHOPT, HIGHER = "TorchOpt 0.7.3", "higher 0.2.1"
+PEERS = {TORCHOPT: ("torchopt", "0.7.3"), HIGHER: ("higher", "0.2.1")}  # module, pinned
 CHUNKED = "compiled chunked"
-COMPILED = ("compiled per task", "compiled batched", CHUNKED)
+COMPILED = ("compiled per task", "compiled batched", CHUNKED)  # metafuse's
+BASELINES = ("eager metafuse", "plain PyTorch")
+# Every variant, in the table's order.
+VARIANTS = BASELINES + (FUNC, TORCHOPT, HIGHER) + TORCH_COMPILE + COMPILED
+# Variants that compute another meta-gradient than plain PyTorch's second-order
+# one: compared with plain PyTorch's first-order meta-gradient instead.
+FIRST_ORDER = (TC_FIRST,)
+# Torch 2.x variants that compute the second-order meta-gradient: the rivals
+# of the summary's "fastest torch 2.x variant" target.
+TORCH2_RIVALS = (FUNC, TC_PLAIN, TC_FUNC, TC_FUNC_TASK)
+LEGACY_NAMES = {"functorch vmap": FUNC}  # names in JSON files of earlier sweeps
+GROUPS = {"torch.compile": TORCH_COMPILE, "peers": tuple(PEERS), "metafuse compiled": COMPILED}
+HAS_TORCH_COMPILE = hasattr(torch, "compile")
 CHUNK_SIZE = None  # --chunk-size: adds the CHUNKED variant
+SELECTED = None    # --variants: the variants run (None: default_variants())
+
+
+def default_variants():
+    """All but the chunked one (--chunk-size adds it); on torch 1.13 also
+    without the torch.compile variants and the peers (torch 2.x rivals)."""
+    names = [n for n in VARIANTS if n != CHUNKED]
+    if not HAS_TORCH_COMPILE:
+        names = [n for n in names if n not in TORCH_COMPILE and n not in PEERS]
+    return tuple(names)
 
 
 def variant_names():
-    return VARIANTS + ((CHUNKED,) if CHUNK_SIZE else ())
+    chosen = SELECTED if SELECTED is not None else default_variants() + (
+        (CHUNKED,) if CHUNK_SIZE else ())
+    return tuple(n for n in VARIANTS if n in chosen or n in BASELINES)
+
+
+def functional():
+    """The functional transforms of the torch.func vmap variants, chosen here
+    once: (vmap, grad, functional_call) of torch.func on torch 2.x; on torch
+    1.13 functorch's vmap and grad with torch.nn.utils.stateless's
+    functional_call (functorch 1.13 has none), and a label saying so."""
+    func = getattr(torch, "func", None)
+    if func is not None and hasattr(func, "functional_call"):
+        return func.vmap, func.grad, func.functional_call, None
+    import functorch
+    return (functorch.vmap, functorch.grad, torch.nn.utils.stateless.functional_call,
+            "torch 1.13: functorch.vmap/grad + torch.nn.utils.stateless.functional_call")
+
+
+class Skipped(Exception):
+    """A variant that cannot run here (a peer not installed, no torch.compile):
+    its cell says why instead of an error."""
+
+
+def set_dynamo_limits():
+    """Each cell recompiles its torch.compile'd methods for new Variant
+    objects (guards on self): more room than dynamo's default of 8 entries
+    per code object, so a long sweep never falls back to eager silently."""
+    import torch._dynamo
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                 "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 256))
+
+
+def dynamo_graphs():
+    """Graphs dynamo has compiled in this process so far (None without dynamo)."""
+    if not HAS_TORCH_COMPILE:
+        return None
+    from torch._dynamo.utils import counters
+    return counters["stats"]["unique_graphs"]
+
+
 INNER_STEPS = 5
+TORCH_ADAM = "torch adam"  # written_out_update's torch.optim.Adam formula
 ADAM_EPS_ROOT = 1e-10
 # Meta-gradients of the first meta-step, each variant's: the largest over
 # parameter tensors of max|g - g_ref| / max(max|g_ref|, 1% of the largest
@@ -82,6 +221,9 @@ ADAM_EPS_ROOT = 1e-10
 # - float64 runs (--float64): against plain PyTorch float64, to
 #   FLOAT64_TOLERANCE.
 TRUTH_FACTOR = 10
+# A flagged float32 meta-gradient this close to the truth may be another
+# rounding (inductor's kernels on the conv net): its note says so.
+SMALL_MISMATCH = 1e-2
 FLOAT64_TOLERANCE = 1e-10
 
 
@@ -253,15 +395,23 @@ def task_slice(batch, t):
 
 def written_out_update(opt, lr, params, grads, state, step):
     """Plain PyTorch's inner update, written out: SGD, or Adam with metafuse's
-    formula (eps_root inside the square root)."""
+    formula (eps_root inside the square root); "torch adam": torch.optim.Adam's
+    formula, higher's (only to check higher's Adam against its own formula)."""
     if opt == "sgd":
         return {k: params[k] - lr * grads[k] for k in params}, state
     b1, b2, eps = 0.9, 0.999, 1e-8
     mu = {k: b1 * state[0][k] + (1 - b1) * grads[k] for k in params}
     nu = {k: b2 * state[1][k] + (1 - b2) * grads[k] * grads[k] for k in params}
     bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
-    new = {k: params[k] - lr * (mu[k] / bc1) / (torch.sqrt(nu[k] / bc2 + ADAM_EPS_ROOT) + eps)
-           for k in params}
+    if opt == TORCH_ADAM:  # entries with nu == 0: no gradient through sqrt (higher's mask)
+        root = {k: torch.where(nu[k] == 0, 0.0, torch.sqrt(torch.where(nu[k] == 0, 1.0, nu[k])))
+                for k in params}
+        new = {k: params[k] - (lr * math.sqrt(bc2) / bc1) * mu[k] / (root[k] + eps)
+               for k in params}
+    else:
+        new = {k: params[k] - lr * (mu[k] / bc1) / (torch.sqrt(nu[k] / bc2 + ADAM_EPS_ROOT)
+                                                    + eps)
+               for k in params}
     return new, (mu, nu)
 
 
@@ -272,14 +422,31 @@ def zero_state(params):
 
 class Variant:
     """One variant of one (model, optimizer) cell, with its own copy of the
-    net (same initial weights) and outer optimizer."""
+    net (same initial weights) and outer optimizer. Raises Skipped where the
+    variant cannot run here."""
 
     def __init__(self, name, model, opt):
         self.name, self.model, self.opt = name, model, opt
         self.lr = model.sgd_lr if opt == "sgd" else model.adam_lr
+        self.vmap, self.grad, self.call, self.implementation = functional()
+        self.note = None  # what the cell should say about the variant itself
+        if name in PEERS:
+            module, pinned = PEERS[name]
+            try:
+                self.peer = __import__(module)
+            except ImportError as e:
+                raise Skipped(f"not installed ({e})") from e
+            version = getattr(self.peer, "__version__", None)
+            if version is None:
+                from importlib import metadata
+                version = metadata.version(module)
+            if version != pinned:
+                self.note = f"{module} {version} installed (pinned {pinned})"
+        if name in TORCH_COMPILE and not HAS_TORCH_COMPILE:
+            raise Skipped(f"torch {torch.__version__} has no torch.compile")
         self.net = model.net()
         self.outer = mf.Adam(self.net.parameters(), lr=1e-3)
-        self.adapt = self.batched = None
+        self.adapt = self.batched = self.compiled = None
         if name in COMPILED:
             tx = mf.sgd(self.lr) if opt == "sgd" else mf.adam(self.lr, eps_root=ADAM_EPS_ROOT)
             self.adapt = mf.compile_inner_loop(self.compiled_loss, tx, steps=INNER_STEPS)
@@ -287,17 +454,44 @@ class Variant:
             self.batched = mf.vmap(
                 lambda p, s, q: self.compiled_loss(self.adapt(p, *s), *q), in_dims=(None, 0, 0),
                 chunk_size=CHUNK_SIZE if name == CHUNKED else None)
+        if name == HIGHER:
+            # higher reads the hyperparameters of a torch.optim optimizer; its
+            # state stays empty (each innerloop_ctx starts from zero moments)
+            self.torch_opt = (torch.optim.SGD(self.net.parameters(), lr=self.lr)
+                              if opt == "sgd" else
+                              torch.optim.Adam(self.net.parameters(), lr=self.lr,
+                                               betas=(0.9, 0.999), eps=1e-8))
+            if opt == "adam":
+                self.note = ("another Adam: higher's is torch.optim.Adam's formula (eps "
+                             "added to sqrt(nu)/sqrt(1-b2^t), nu == 0 masked, no eps_root), "
+                             f"not the sweep's (eps_root={ADAM_EPS_ROOT:g} inside the "
+                             "square root): grad vs plain/float64 compare two formulas")
+        if name == TC_PLAIN:
+            self.compiled = torch.compile(self.plain_task)
+        elif name == TC_FUNC:
+            self.compiled = torch.compile(self.func_loss)
+        elif name == TC_FUNC_TASK:
+            self.compiled = torch.compile(self.func_task)
+        elif name == TC_FIRST:
+            self.compiled = torch.compile(self.func_loss_first_order)
+        if name == FUNC:
+            self.note = self.implementation
         self.run = {"eager metafuse": self.eager, "plain PyTorch": self.plain,
-                    "functorch vmap": self.functorch, "compiled per task": self.per_task,
+                    FUNC: self.func_vmap, TORCHOPT: self.torchopt, HIGHER: self.higher,
+                    TC_PLAIN: self.each_compiled_task, TC_FUNC: self.func_vmap,
+                    TC_FUNC_TASK: self.each_compiled_task,
+                    TC_FIRST: self.func_vmap, "compiled per task": self.per_task,
                     "compiled batched": self.batched_loss, CHUNKED: self.batched_loss}[name]
 
     def compiled_loss(self, p, x, *targets):
         return self.model.criterion(mf.functional_call(self.net, p, x), *targets)
 
-    def eager(self, support, query):
-        cls, options = ((mf.MetaSGD, {}) if self.opt == "sgd"
-                        else (mf.MetaAdam, {"eps_root": ADAM_EPS_ROOT}))
-        initial = mf.extract_state_dict(self.net)
+    def module_loop(self, lib, support, query):
+        """The TorchOpt idiom, with `lib`'s MetaSGD / MetaAdam and
+        extract_state_dict / recover_state_dict (metafuse or torchopt)."""
+        cls, options = ((lib.MetaSGD, {}) if self.opt == "sgd"
+                        else (lib.MetaAdam, {"eps_root": ADAM_EPS_ROOT}))
+        initial = lib.extract_state_dict(self.net)
         n, total = self.model.meta_batch, 0.0
         for t in range(n):
             (x, *ys), (xq, *yq) = task_slice(support, t), task_slice(query, t)
@@ -307,43 +501,88 @@ class Variant:
             loss = self.model.criterion(self.net(xq), *yq) / n
             loss.backward()
             total += float(loss)
-            mf.recover_state_dict(self.net, initial)
+            lib.recover_state_dict(self.net, initial)
         return total
 
-    def plain(self, support, query):
-        call = torch.nn.utils.stateless.functional_call
-        meta = dict(self.net.named_parameters())
+    def eager(self, support, query):
+        return self.module_loop(mf, support, query)
+
+    def torchopt(self, support, query):
+        return self.module_loop(self.peer, support, query)
+
+    def higher(self, support, query):
         n, total = self.model.meta_batch, 0.0
         for t in range(n):
             (x, *ys), (xq, *yq) = task_slice(support, t), task_slice(query, t)
-            params, state = meta, zero_state(meta)
-            for step in range(1, INNER_STEPS + 1):
-                loss = self.model.criterion(call(self.net, params, (x,)), *ys)
-                grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()),
-                                                             create_graph=True)))
-                params, state = written_out_update(self.opt, self.lr, params, grads, state,
-                                                   step)
-            loss = self.model.criterion(call(self.net, params, (xq,)), *yq) / n
+            with self.peer.innerloop_ctx(self.net, self.torch_opt,
+                                         copy_initial_weights=False) as (fnet, diffopt):
+                for _ in range(INNER_STEPS):
+                    diffopt.step(self.model.criterion(fnet(x), *ys))
+                loss = self.model.criterion(fnet(xq), *yq) / n
+                loss.backward()
+            total += float(loss)
+        return total
+
+    def plain_task(self, meta, support, query, first_order=False):
+        """Plain PyTorch's query loss of one task after the inner loop
+        (first_order: the inner gradients detached)."""
+        (x, *ys), (xq, *yq) = support, query
+        params, state = meta, zero_state(meta)
+        for step in range(1, INNER_STEPS + 1):
+            loss = self.model.criterion(self.call(self.net, params, (x,)), *ys)
+            grads = torch.autograd.grad(loss, list(params.values()),
+                                        create_graph=not first_order)
+            params, state = written_out_update(self.opt, self.lr, params,
+                                               dict(zip(params, grads)), state, step)
+        return self.model.criterion(self.call(self.net, params, (xq,)), *yq)
+
+    def each_task(self, task_loss, support, query):
+        meta = dict(self.net.named_parameters())
+        n, total = self.model.meta_batch, 0.0
+        for t in range(n):
+            loss = task_loss(meta, task_slice(support, t), task_slice(query, t)) / n
             loss.backward()
             total += float(loss)
         return total
 
-    def functorch(self, support, query):
-        import functorch
-        call = torch.nn.utils.stateless.functional_call  # functorch 1.13 has none
+    def plain(self, support, query):
+        return self.each_task(self.plain_task, support, query)
 
+    def plain_first_order(self, support, query):
+        return self.each_task(lambda m, s, q: self.plain_task(m, s, q, first_order=True),
+                              support, query)
+
+    def each_compiled_task(self, support, query):
+        """torch.compile plain / func per task: the compiled task loss
+        (self.compiled), .backward() task by task."""
+        return self.each_task(self.compiled, support, query)
+
+    def func_task(self, p, support, query, first_order=False):
+        """One task's query loss after the inner loop, the inner gradient
+        torch.func.grad (detached with first_order), the update written out."""
         def loss_fn(p, x, *targets):
-            return self.model.criterion(call(self.net, p, (x,)), *targets)
+            return self.model.criterion(self.call(self.net, p, (x,)), *targets)
 
-        def task(p, s, q):
-            state = zero_state(p)
-            for step in range(1, INNER_STEPS + 1):
-                p, state = written_out_update(self.opt, self.lr, p,
-                                              functorch.grad(loss_fn)(p, *s), state, step)
-            return loss_fn(p, *q)
+        state = zero_state(p)
+        for step in range(1, INNER_STEPS + 1):
+            grads = self.grad(loss_fn)(p, *support)
+            if first_order:
+                grads = {k: g.detach() for k, g in grads.items()}
+            p, state = written_out_update(self.opt, self.lr, p, grads, state, step)
+        return loss_fn(p, *query)
 
-        loss = functorch.vmap(task, in_dims=(None, 0, 0))(
-            dict(self.net.named_parameters()), support, query).mean()
+    def func_loss(self, params, support, query, first_order=False):
+        """The mean query loss over the tasks, func_task vmapped."""
+        return self.vmap(lambda p, s, q: self.func_task(p, s, q, first_order),
+                         in_dims=(None, 0, 0))(params, support, query).mean()
+
+    def func_loss_first_order(self, params, support, query):
+        return self.func_loss(params, support, query, first_order=True)
+
+    def func_vmap(self, support, query):
+        """torch.func vmap, or its torch.compile'd loss (self.compiled)."""
+        loss = (self.compiled or self.func_loss)(dict(self.net.named_parameters()),
+                                                 support, query)
         loss.backward()
         return float(loss)
 
@@ -399,56 +638,111 @@ def float64_truth(model, opt, tasks):
     return [p.grad.detach().clone() for p in v.net.parameters()]
 
 
+def plain_reference(model, opt, tasks, first_order=False, formula=None):
+    """Plain PyTorch's float32 meta-gradient of another kind: first-order
+    (inner gradients not differentiated: the FIRST_ORDER variants'), or with
+    another inner formula (TORCH_ADAM: higher's Adam)."""
+    v = Variant("plain PyTorch", model, opt)
+    v.opt = formula or opt
+    v.outer.zero_grad()
+    (v.plain_first_order if first_order else v.plain)(*tasks)
+    return [p.grad.detach().clone() for p in v.net.parameters()]
+
+
 def gradient_mismatch(c, plain):
-    """Whether a cell's meta-gradient is off (see TRUTH_FACTOR)."""
+    """Whether a cell's meta-gradient is off (see TRUTH_FACTOR); a variant
+    with another meta-gradient (first-order; higher's Adam formula) against
+    plain PyTorch's float32 meta-gradient of that kind."""
+    for key in ("grad_vs_first_order_plain", "grad_vs_torch_adam_plain"):
+        if key in c:
+            if "grad_vs_float64" in plain:
+                return c[key] > TRUTH_FACTOR * max(plain["grad_vs_float64"], 1e-6)
+            return c[key] > FLOAT64_TOLERANCE
     if "grad_vs_float64" in c and "grad_vs_float64" in plain:
         return c["grad_vs_float64"] > TRUTH_FACTOR * plain["grad_vs_float64"]
     return c.get("grad_max_rel_diff", 0) > FLOAT64_TOLERANCE
+
+
+def first_line(e):
+    return f"{type(e).__name__}: {e}".strip().splitlines()[0]
 
 
 def time_cell(model, opt, repeats):
     """One (model, optimizer) cell at the current thread count: the first
     meta-step of each variant (compile for the compiled ones; its
     meta-gradient is compared with plain PyTorch's), then `repeats` timed
-    meta-steps, variants alternating (forward, then reversed order)."""
+    meta-steps, variants alternating (forward, then reversed order). A
+    variant that raises gets its exception in its cell ("refused" for
+    torch.compile plain's first call, "error" otherwise) and drops out."""
+    if HAS_TORCH_COMPILE:
+        import torch._dynamo
+        torch._dynamo.reset()  # cold compiles; the cell's compiled methods only
+        set_dynamo_limits()
     variants, cells = [], {}
     for name in variant_names():
         try:
             variants.append(Variant(name, model, opt))
+        except Skipped as e:
+            cells[name] = {"skipped": str(e)}
         except Exception as e:  # noqa: BLE001  a variant that cannot even be built
             cells[name] = {"error": f"{type(e).__name__}: {e}"}
     generator = torch.Generator().manual_seed(1)
     first_tasks = model.tasks(generator)
     grads = {}
     for v in list(variants):
+        graphs = dynamo_graphs()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             start = time.perf_counter()
             try:
                 v.meta_grad(first_tasks)
             except Exception as e:  # noqa: BLE001  e.g. functorch cannot batch an op
-                cells[v.name] = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
+                cells[v.name] = {"refused" if v.name == TC_PLAIN else "error": first_line(e)}
+                if v.note:
+                    cells[v.name]["note"] = v.note
                 variants.remove(v)
                 continue
             first = (time.perf_counter() - start) * 1e3
         grads[v.name] = [p.grad.detach().clone() for p in v.net.parameters()]
         cells[v.name] = {"first_call_ms": first, "fallback": fallback_reasons(caught),
                          "times_ms": []}
+        if v.note:
+            cells[v.name]["note"] = v.note
+        if v.name in TORCH_COMPILE:
+            cells[v.name]["dynamo_graphs"] = dynamo_graphs() - graphs
+            cells[v.name]["recompiles"] = 0
         v.outer.step()
     truth = float64_truth(model, opt, first_tasks) if "plain PyTorch" in grads else None
+    first_order = (plain_reference(model, opt, first_tasks, first_order=True)
+                   if any(v.name in FIRST_ORDER for v in variants) else None)
     for v in variants:
-        cells[v.name]["grad_max_rel_diff"] = max_relative_difference(
-            grads[v.name], grads["plain PyTorch"])
+        c = cells[v.name]
+        c["grad_max_rel_diff"] = max_relative_difference(grads[v.name], grads["plain PyTorch"])
         if truth is not None:
-            cells[v.name]["grad_vs_float64"] = max_relative_difference(grads[v.name], truth)
+            c["grad_vs_float64"] = max_relative_difference(grads[v.name], truth)
+        if v.name in FIRST_ORDER:
+            c["grad_vs_first_order_plain"] = max_relative_difference(grads[v.name], first_order)
+        if v.name == HIGHER and opt == "adam":
+            c["grad_vs_torch_adam_plain"] = max_relative_difference(
+                grads[v.name], plain_reference(model, opt, first_tasks, formula=TORCH_ADAM))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for i in range(repeats):
             tasks = model.tasks(generator)
-            for v in (variants if i % 2 == 0 else variants[::-1]):
+            for v in list(variants if i % 2 == 0 else variants[::-1]):
+                c = cells[v.name]
+                graphs = dynamo_graphs()
                 start = time.perf_counter()
-                v.step(tasks)
-                cells[v.name]["times_ms"].append((time.perf_counter() - start) * 1e3)
+                try:
+                    v.step(tasks)
+                except Exception as e:  # noqa: BLE001  a later call that fails
+                    c["error"] = "in a timed meta-step: " + first_line(e)
+                    c["times_ms"] = []
+                    variants.remove(v)
+                    continue
+                c["times_ms"].append((time.perf_counter() - start) * 1e3)
+                if v.name in TORCH_COMPILE:
+                    c["recompiles"] += dynamo_graphs() - graphs
     later = fallback_reasons(caught)
     for v in variants:
         c = cells[v.name]
@@ -458,7 +752,7 @@ def time_cell(model, opt, repeats):
             c["strategies"] = v.batched.strategies()
         if v.name in COMPILED:
             c["fallback"] = sorted(set(c["fallback"]) | {m for m in later if v.name in m})
-    return cells
+    return {name: cells[name] for name in variant_names() if name in cells}
 
 
 def memory_of(model, opt, name):
@@ -507,16 +801,26 @@ def child(args):
 
 
 def run_child(args, threads, extra, timeout):
+    cache = tempfile.mkdtemp(prefix="metafuse-sweep-cache-")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               XDG_CACHE_HOME=tempfile.mkdtemp(prefix="metafuse-sweep-cache-"))
+               XDG_CACHE_HOME=cache, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"))
     cmd = [sys.executable, __file__, "--child-threads", str(threads),
            "--models", ",".join(args.models), "--optimizers", ",".join(args.optimizers),
            "--repeats", str(args.repeats)] + (["--small"] if args.small else []) + (
                ["--float64"] if args.float64 else []) + (
-               ["--chunk-size", str(args.chunk_size)] if args.chunk_size else []) + extra
+               ["--chunk-size", str(args.chunk_size)] if args.chunk_size else []) + (
+               ["--variants", ",".join(args.variants)] if args.variants is not None else []
+           ) + extra
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True, env=env,
                          timeout=timeout)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def memory_child(args, name):
+    try:
+        return run_child(args, 1, ["--memory-variant", name], 1800)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        return {"error": first_line(e)}
 
 
 def ratio(base, ms):
@@ -524,24 +828,49 @@ def ratio(base, ms):
 
 
 def cell_note(c, plain):
+    if "skipped" in c:
+        return c["skipped"]
+    notes = [c["note"]] if c.get("note") else []
+    if "refused" in c:
+        return "; ".join(["refused: " + c["refused"][:200]] + notes)
     if "error" in c:
-        return "not run: " + c["error"][:120]
-    notes = []
+        return "; ".join(["not run: " + c["error"][:160]] + notes)
     if c.get("fallback"):
         notes.append("fallback: " + "; ".join(m.split(": ", 1)[-1][:160] for m in c["fallback"]))
     if c.get("compile_count") not in (None, 1):
         notes.append(f"compiled {c['compile_count']} times")
+    if "dynamo_graphs" in c:
+        notes.append(f"dynamo: {c['dynamo_graphs']} graph(s)"
+                     + (f", {c['recompiles']} recompiled in the timed steps"
+                        if c.get("recompiles") else ""))
     for record in c.get("strategies") or []:
         times = ", ".join(f"{k[:-2]} {v * 1e3:.0f} ms" for k, v in record.items()
                           if k.endswith("_s"))
         notes.append(f"ran as {record['strategy']}" + (f" ({times})" if times else ""))
+    if "grad_vs_first_order_plain" in c:
+        notes.append("first-order reference: another meta-gradient (inner gradients "
+                     "detached); vs plain PyTorch first-order "
+                     f"{c['grad_vs_first_order_plain']:.1e}")
+    if "grad_vs_torch_adam_plain" in c:
+        notes.append("vs plain PyTorch with torch.optim.Adam's formula "
+                     f"{c['grad_vs_torch_adam_plain']:.1e}")
     if gradient_mismatch(c, plain):
-        notes.append("GRADIENT MISMATCH")
+        notes.append("FIRST-ORDER GRADIENT MISMATCH" if "grad_vs_first_order_plain" in c
+                     else "GRADIENT MISMATCH (against its own formula)"
+                     if "grad_vs_torch_adam_plain" in c else "GRADIENT MISMATCH")
+        if c.get("grad_vs_float64", 1) < SMALL_MISMATCH:
+            notes[-1] += " (small: --float64 tells rounding from a wrong derivative)"
     return "; ".join(notes)
 
 
 def fmt(value, spec):
     return "-" if value is None else format(value, spec)
+
+
+def cells_by_name(cells):
+    """A thread count's cells under today's names (earlier JSON files say
+    "functorch vmap" for "torch.func vmap")."""
+    return {LEGACY_NAMES.get(k, k): v for k, v in cells.items()}
 
 
 def table(result):
@@ -551,13 +880,15 @@ def table(result):
              "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for key, by_threads in result["cells"].items():
         model, opt = key.split("/")
+        memory = cells_by_name(result["memory"].get(key, {}))
         for threads, cells in by_threads.items():
+            cells = cells_by_name(cells)
             eager = cells["eager metafuse"].get("median_ms")
             plain = cells["plain PyTorch"].get("median_ms")
-            for name in [n for n in VARIANTS + (CHUNKED,) if n in cells]:
+            for name in [n for n in VARIANTS if n in cells]:
                 c = cells[name]
                 ms = c.get("median_ms")
-                mem = result["memory"].get(key, {}).get(name, {})
+                mem = memory.get(name, {})
                 lines.append(" | ".join([
                     f"| {model}", opt, threads, name, fmt(ms, ".1f"), ratio(eager, ms),
                     ratio(plain, ms), fmt(c.get("first_call_ms"), ".0f"),
@@ -568,30 +899,72 @@ def table(result):
 
 
 def speedup(cells, name, base):
-    a, b = cells[base].get("median_ms"), cells[name].get("median_ms")
+    a, b = cells.get(base, {}).get("median_ms"), cells.get(name, {}).get("median_ms")
     return a / b if a and b else None
 
 
+def fastest_rival(cells):
+    """The fastest torch 2.x variant (TORCH2_RIVALS) that ran and computes
+    the same second-order meta-gradient as plain PyTorch: (name, ms), or
+    (None, None). The skipped, refused and mismatching ones are left out."""
+    ran = [(c["median_ms"], n) for n, c in cells.items()
+           if n in TORCH2_RIVALS and c.get("median_ms")
+           and not gradient_mismatch(c, cells["plain PyTorch"])]
+    return (min(ran)[1], min(ran)[0]) if ran else (None, None)
+
+
+def rival_status(c, plain):
+    for key in ("skipped", "refused", "error"):
+        if key in c:
+            return key if key != "skipped" else c[key]
+    ms = fmt(c.get("median_ms"), ".1f") + " ms"
+    return ms + (" (gradient mismatch)" if gradient_mismatch(c, plain) else "")
+
+
+def times(value):
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def verdict(value, target):
+    return "-" if value is None else ("met" if value >= target else "NOT met")
+
+
 def summary(result):
-    """The issue's targets and every compiled cell slower than eager."""
+    """The issue's targets against torch 2.x's rivals, each with its measured
+    value, and every metafuse compiled cell slower than eager."""
     lines = []
+    slower, compared = [], 0
     for key, by_threads in result["cells"].items():
         for threads, cells in by_threads.items():
             for name in COMPILED:
                 s = speedup(cells, name, "eager metafuse")
-                if s is not None and s < 1:
-                    lines.append(f"- slower than eager: {key}, {threads} thread(s), {name} "
-                                 f"({s:.2f}x)")
-    checks = [("sinusoid/sgd", "compiled batched", "eager metafuse", 25),
-              ("sinusoid/sgd", "compiled batched", "functorch vmap", 5),
-              ("conv/sgd", "compiled batched", "plain PyTorch", 2),
-              ("conv/sgd", "compiled per task", "plain PyTorch", 2)]
-    for key, name, base, target in checks:
-        for threads, cells in result["cells"].get(key, {}).items():
-            s = speedup(cells, name, base)
-            verdict = "-" if s is None else ("met" if s >= target else "NOT met")
-            lines.append(f"- target {key} {name} >= {target}x {base}, {threads} thread(s): "
-                         f"{fmt(s, '.2f')}x, {verdict}")
+                if s is not None:
+                    compared += 1
+                    if s < 1:
+                        slower.append(f"{key}, {threads} thread(s), {name} ({s:.2f}x)")
+    for threads, cells in result["cells"].get("sinusoid/sgd", {}).items():
+        cells = cells_by_name(cells)
+        s = speedup(cells, "compiled batched", "eager metafuse")
+        lines.append(f"- target sinusoid/sgd compiled batched >= 25x eager metafuse, "
+                     f"{threads} thread(s): {times(s)}, {verdict(s, 25)}")
+        rival, ms = fastest_rival(cells)
+        s = speedup(cells, "compiled batched", rival) if rival else None
+        others = ", ".join(f"{n} {rival_status(cells[n], cells['plain PyTorch'])}"
+                           for n in TORCH2_RIVALS if n in cells)
+        lines.append(f"- target sinusoid/sgd compiled batched >= 5x the fastest torch 2.x "
+                     f"variant with the same meta-gradient ({rival or 'none ran'}"
+                     f"{'' if ms is None else f', {ms:.1f} ms'}), {threads} thread(s): "
+                     f"{times(s)}, {verdict(s, 5)}" + (f" [{others}]" if others else ""))
+    for name in ("compiled batched", "compiled per task"):
+        for threads, cells in result["cells"].get("conv/sgd", {}).items():
+            s = speedup(cells, name, "plain PyTorch")
+            lines.append(f"- target conv/sgd {name} >= 2x plain PyTorch, {threads} "
+                         f"thread(s): {times(s)}, {verdict(s, 2)}")
+    for line in slower:
+        lines.append(f"- slower than eager: {line}")
+    lines.append(f"- target no metafuse compiled cell slower than eager: {compared - len(slower)}"
+                 f" of {compared} cells not slower, "
+                 f"{'-' if not compared else 'NOT met' if slower else 'met'}")
     for key, memory in result["memory"].items():
         eager = memory.get("eager metafuse", {}).get("peak_tensor_mib")
         for name in ("compiled batched", CHUNKED):
@@ -604,6 +977,24 @@ def summary(result):
 
 def csv(value):
     return [s for s in value.split(",") if s]
+
+
+def variant_list(value, chunk_size):
+    """--variants: names (or groups, or an earlier name) to variant names; a
+    group has the chunked variant only with --chunk-size, a name needs it."""
+    names = []
+    for item in csv(value):
+        item = LEGACY_NAMES.get(item.strip(), item.strip())
+        if item in GROUPS:
+            names += [n for n in GROUPS[item] if n != CHUNKED or chunk_size]
+        elif item in VARIANTS:
+            if item == CHUNKED and not chunk_size:
+                raise ValueError(f"{CHUNKED!r} needs --chunk-size K")
+            names.append(item)
+        else:
+            raise ValueError(f"unknown variant {item!r}, expected some of {list(VARIANTS)} "
+                             f"or a group {list(GROUPS)}")
+    return [n for n in VARIANTS if n in names]
 
 
 def main():
@@ -620,12 +1011,32 @@ def main():
                         help="skip the peak-memory processes")
     parser.add_argument("--chunk-size", type=int, metavar="K",
                         help="also run metafuse.vmap with chunk_size=K ('compiled chunked')")
+    parser.add_argument("--variants", metavar="NAME,...",
+                        help="run only these variants (and the baselines eager metafuse "
+                             "and plain PyTorch); names or groups, see --list-variants "
+                             "(default: all on torch 2.x, the chunked one with --chunk-size)")
+    parser.add_argument("--memory-variants", metavar="NAME,...",
+                        help="the variants with a peak-memory process (default: those run, "
+                             "but the torch.compile ones, each of whose processes would "
+                             "compile again)")
+    parser.add_argument("--child-timeout", type=int, default=4 * 3600, metavar="S",
+                        help="seconds for one thread count's timing process (default 4 h: "
+                             "the torch.compile variants compile for minutes per cell)")
+    parser.add_argument("--list-variants", action="store_true",
+                        help="print the variant names and groups and exit")
     parser.add_argument("--json", help="also write the measurements to this file")
     parser.add_argument("--table-from", metavar="JSON",
                         help="print the table and summary of an earlier --json file")
     parser.add_argument("--child-threads", help=argparse.SUPPRESS)
     parser.add_argument("--memory-variant", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.list_variants:
+        print("variants: " + ", ".join(VARIANTS))
+        print("default here: " + ", ".join(default_variants()) + " (+ compiled chunked "
+              "with --chunk-size)")
+        for group, names in GROUPS.items():
+            print(f"group {group!r}: " + ", ".join(names))
+        return
     for m in args.models:
         if m not in MODELS:
             parser.error(f"--models: unknown model {m!r}, expected some of {list(MODELS)}")
@@ -636,8 +1047,15 @@ def main():
         parser.error("--repeats must be >= 1")
     if args.chunk_size is not None and args.chunk_size < 1:
         parser.error("--chunk-size must be >= 1")
-    global CHUNK_SIZE
+    for option in ("variants", "memory_variants"):
+        if getattr(args, option) is not None:
+            try:
+                setattr(args, option, variant_list(getattr(args, option), args.chunk_size))
+            except ValueError as e:
+                parser.error(f"--{option.replace('_', '-')}: {e}")
+    global CHUNK_SIZE, SELECTED
     CHUNK_SIZE = args.chunk_size
+    SELECTED = tuple(args.variants) if args.variants is not None else None
     if args.child_threads is not None:
         child(args)
         return
@@ -648,17 +1066,29 @@ def main():
         print(summary(result))
         return
 
+    memory_names = [n for n in variant_names()
+                    if (n in args.memory_variants if args.memory_variants is not None
+                        else n not in TORCH_COMPILE)]
     load = os.getloadavg()
     started = time.time()
     result = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv),
               "load_average_start": load, "small": args.small, "repeats": args.repeats,
-              "chunk_size": args.chunk_size,
+              "chunk_size": args.chunk_size, "variants": list(variant_names()),
+              "memory_variants": [] if args.no_memory else memory_names,
+              "torch": torch.__version__,
               "truth_factor": TRUTH_FACTOR, "float64_tolerance": FLOAT64_TOLERANCE,
               "float64": args.float64,
               "memory_note": "1 thread, oneDNN off (see memory_of)", "cells": {}, "memory": {}}
     for threads in args.threads:
         print(f"timing at {threads} thread(s) ...", file=sys.stderr, flush=True)
-        for key, cells in run_child(args, threads, [], 3600).items():
+        try:
+            out = run_child(args, threads, [], args.child_timeout)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+            # a crash or timeout of the whole process: the other thread counts go on
+            result.setdefault("failed", {})[threads] = first_line(e)
+            print(f"  timing at {threads} thread(s) failed: {first_line(e)}", file=sys.stderr)
+            continue
+        for key, cells in out.items():
             result["cells"].setdefault(key, {})[threads] = cells
     if not args.no_memory:
         for m in args.models:
@@ -666,9 +1096,11 @@ def main():
                 key = f"{m}/{opt}"
                 print(f"memory {key} ...", file=sys.stderr, flush=True)
                 sub = argparse.Namespace(**dict(vars(args), models=[m], optimizers=[opt]))
+                timing = result["cells"].get(key, {}).get(args.threads[0], {})
                 result["memory"][key] = {
-                    name: run_child(sub, 1, ["--memory-variant", name], 1800)
-                    for name in variant_names()}
+                    name: (memory_child(sub, name) if "median_ms" in timing.get(name, {})
+                           else {"skipped": "did not run in the timing"})
+                    for name in memory_names}
     result["load_average_end"] = os.getloadavg()
     result["wall_s"] = time.time() - started
     print(f"meta-step sweep, {args.repeats} timed meta-steps per variant (median), "
@@ -676,6 +1108,8 @@ def main():
           f"{result['load_average_end'][0]:.2f} at the end, {result['wall_s']:.0f} s")
     print(table(result))
     print(summary(result))
+    for threads, why in result.get("failed", {}).items():
+        print(f"- timing at {threads} thread(s) did not finish: {why}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
