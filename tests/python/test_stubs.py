@@ -6,6 +6,9 @@ import ast
 import os
 import sys
 
+import pytest
+import torch
+
 import metafuse
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -14,13 +17,16 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import gen_stubs  # noqa: E402
 
 
+@pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,
+                    reason="the stub is written from the torch 2.x build (whose pybind11 3 "
+                           "spells signatures differently from torch 1.13's 2.10)")
 def test_stub_is_current():
     path = os.path.join(os.path.dirname(metafuse.__file__), "_C.pyi")
     with open(path) as f:
         committed = f.read()
     assert committed == gen_stubs.render(), (
-        "metafuse/_C.pyi is stale: run `PYTHONPATH=frontend/python /usr/bin/python3 "
-        "tools/gen_stubs.py`")
+        "metafuse/_C.pyi is stale: run `.venv/bin/python tools/gen_stubs.py` after "
+        "installing the build (tools/setup_venv.sh)")
 
 
 def test_stub_parses_and_names_the_compiler_bindings():

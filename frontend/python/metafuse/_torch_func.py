@@ -146,6 +146,15 @@ def refuse(what, instead):
         f"{what} cannot run under a torch.func transform (here {_running()}): {instead}")
 
 
+def vmap():
+    """torch.func.vmap (torch 2.x: functorch.vmap is a deprecated alias
+    there), functorch's (torch 1.13)."""
+    if hasattr(torch, "func") and hasattr(torch.func, "vmap"):
+        return torch.func.vmap
+    import functorch
+    return functorch.vmap
+
+
 def vjp():
     """torch.func.vjp (torch 2.x), functorch's (torch 1.13)."""
     if hasattr(torch, "func") and hasattr(torch.func, "vjp"):

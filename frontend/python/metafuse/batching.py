@@ -49,7 +49,6 @@ import numbers
 import os
 import warnings
 
-import functorch
 import torch
 
 from metafuse import _batched_tensors
@@ -418,9 +417,9 @@ class BatchedFunction:
             try:
                 # (its level is metafuse's own: what runs inside is not refused
                 # as under a caller's torch.func transform)
-                return functorch.vmap(_torch_func.owned(self.fn), in_dims=inner_dims,
-                                      out_dims=self.out_dims,
-                                      randomness=self.randomness)(*expanded)
+                return _torch_func.vmap()(_torch_func.owned(self.fn), in_dims=inner_dims,
+                                          out_dims=self.out_dims,
+                                          randomness=self.randomness)(*expanded)
             except (RuntimeError, ValueError, TypeError) as exc:
                 if torch._C._get_tracing_state() is not None:
                     # compile falls back to this function, run eagerly,
