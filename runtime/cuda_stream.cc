@@ -4,6 +4,7 @@
 #include <utility>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -56,18 +57,29 @@ absl::StatusOr<CUstream> CurrentCudaStream(c10::Device device) {
     return absl::InvalidArgumentError(
         absl::StrCat("CurrentCudaStream: expected a CUDA device, got ", device.str()));
   }
+  // A CUDA torch on a machine without a GPU (or without a driver) throws
+  // from its stream query: reported, never thrown through.
+  try {
 #ifdef METAFUSE_C10_CUDA_STREAM
-  // cudaStream_t points to CUDA's own CUstream_st; ours (cuda_driver.h) is
-  // an opaque type of the same driver object, so the pointer is re-typed.
-  return reinterpret_cast<CUstream>(c10::cuda::getCurrentCUDAStream(device.index()).stream());
+    // cudaStream_t points to CUDA's own CUstream_st; ours (cuda_driver.h) is
+    // an opaque type of the same driver object, so the pointer is re-typed.
+    return reinterpret_cast<CUstream>(
+        c10::cuda::getCurrentCUDAStream(device.index()).stream());
 #else
-  // A torch without CUDA queues no work on the device to order against: the
-  // legacy default stream serves (the driver-level tests run this way).
-  if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) return static_cast<CUstream>(nullptr);
-  const c10::Stream stream =
-      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device);
-  return StreamHandleFor(stream, NativeHandle(stream));
+    // A torch without CUDA queues no work on the device to order against:
+    // the legacy default stream serves (the driver-level tests run this way).
+    if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) {
+      return static_cast<CUstream>(nullptr);
+    }
+    const c10::Stream stream =
+        c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device);
+    return StreamHandleFor(stream, NativeHandle(stream));
 #endif
+  } catch (const c10::Error& error) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "torch cannot give the current stream of ", device.str(), ": ",
+        error.what_without_backtrace()));
+  }
 }
 
 }  // namespace metafuse::runtime

@@ -7,8 +7,12 @@
 #include <torch/version.h>
 
 #include <c10/core/Allocator.h>
+#include <c10/util/Exception.h>
 
 #include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
 
 // True when the torch being compiled against is `major.minor` or newer.
 #define METAFUSE_TORCH_AT_LEAST(major, minor) \
@@ -41,6 +45,32 @@ class WrappingAllocator : public c10::Allocator {
 
  private:
   c10::Allocator* base_;
+};
+
+// Collects the messages of the torch warnings raised while it lives (it
+// installs itself as c10's warning handler and restores the previous one).
+// torch 2.x passes a c10::Warning to WarningHandler::process and moved the
+// guard to c10::WarningUtils; 1.13 passes (location, message, verbatim).
+class WarningCollector : public c10::WarningHandler {
+ public:
+#if METAFUSE_TORCH_AT_LEAST(2, 0)
+  WarningCollector() : guard_(std::make_unique<c10::WarningUtils::WarningHandlerGuard>(this)) {}
+  void process(const c10::Warning& warning) override { messages_.push_back(warning.msg()); }
+#else
+  WarningCollector() : guard_(std::make_unique<c10::Warning::WarningHandlerGuard>(this)) {}
+  void process(const c10::SourceLocation&, const std::string& message, bool) override {
+    messages_.push_back(message);
+  }
+#endif
+  const std::vector<std::string>& messages() const { return messages_; }
+
+ private:
+  std::vector<std::string> messages_;
+#if METAFUSE_TORCH_AT_LEAST(2, 0)
+  std::unique_ptr<c10::WarningUtils::WarningHandlerGuard> guard_;
+#else
+  std::unique_ptr<c10::Warning::WarningHandlerGuard> guard_;
+#endif
 };
 
 }  // namespace metafuse::compat

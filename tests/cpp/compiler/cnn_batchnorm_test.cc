@@ -13,6 +13,7 @@
 #include "compiler/primitives.h"
 #include "tests/cpp/compiler/eager_unroll.h"
 #include "runtime/program.h"
+#include "runtime/torch_compat.h"
 
 namespace metafuse::compiler {
 namespace {
@@ -330,19 +331,14 @@ TEST(CompiledBatchNorm, TrainingWithRunningStatsWarnsAndMatches) {
                        torch::kFloat64);
   TensorList batch = {torch::randn({4, 2, 6, 6}, torch::kFloat64),
                       torch::randn({4, 3, 3}, torch::kFloat64)};
-  struct Collect : c10::WarningHandler {
-    std::vector<std::string> messages;
-    void process(const c10::SourceLocation&, const std::string& msg,
-                 bool) override {
-      messages.push_back(msg);
-    }
-  } handler;
-  c10::Warning::WarningHandlerGuard guard(&handler);
-  CompileInnerLoop(loss, params, batch, Sgd(0.3), 2);
   bool warned = false;
-  for (const auto& m : handler.messages) {
-    warned = warned || (m.find("batch_norm") != std::string::npos &&
-                        m.find("running_mean") != std::string::npos);
+  {
+    compat::WarningCollector warnings;
+    CompileInnerLoop(loss, params, batch, Sgd(0.3), 2);
+    for (const auto& m : warnings.messages()) {
+      warned = warned || (m.find("batch_norm") != std::string::npos &&
+                          m.find("running_mean") != std::string::npos);
+    }
   }
   EXPECT_TRUE(warned)
       << "training-mode batch_norm with running stats must warn";

@@ -128,6 +128,7 @@ TEST(CudaStream, CurrentStreamOfThisProcess) {
     ASSERT_TRUE(current.ok()) << current.status();
     EXPECT_EQ(*current, nullptr);
   }
+  // A CUDA torch without a GPU: a Status that says so, not an exception.
 }
 
 }  // namespace
