@@ -42,20 +42,27 @@ def losses_of(stdout):
 
 
 def runner_libtorch():
-    """The libtorch_cpu the runner links (its path, from ldd), or None."""
+    """The directory of the libtorch_cpu the runner links (from ldd), or None."""
     linked = subprocess.run(["ldd", RUNNER], capture_output=True, text=True).stdout
     found = re.search(r"libtorch_cpu\.so\S* => (\S+)", linked)
-    return os.path.realpath(found.group(1)) if found else None
+    return os.path.dirname(os.path.realpath(found.group(1))) if found else None
 
 
-def test_trains_without_python_bit_equal_to_python(job):
+def require_this_libtorch():
+    """Artifacts record the LibTorch that made them and the runner refuses
+    another one first (before any other check); CI builds the runner against
+    Debian's 1.13.1 and runs the suite on the venv's torch 2.x."""
     import torch
     linked = runner_libtorch()
     ours = os.path.realpath(os.path.join(os.path.dirname(torch.__file__), "lib"))
-    if linked is not None and os.path.dirname(linked) != ours:
-        pytest.skip(f"the C++ runner links {linked}, not this interpreter's torch "
-                    f"{torch.__version__} ({ours}): bit-equality holds within one torch "
+    if linked is not None and linked != ours:
+        pytest.skip(f"the C++ runner links the LibTorch in {linked}, not this interpreter's "
+                    f"torch {torch.__version__} ({ours}); its artifacts are refused there "
                     "(bazel build --config=torch2 //examples/cpp:maml_aot for the venv's)")
+
+
+def test_trains_without_python_bit_equal_to_python(job):
+    require_this_libtorch()
     ran = run(job, "--steps", 12, "--inspect")
     assert ran.returncode == 0, ran.stderr
     assert "libpython loaded: no" in ran.stdout
@@ -85,6 +92,7 @@ def flip_a_byte_of(archive, member):
     (lambda b: flip_a_byte_of(b, "program.bin"), "checksum of program.bin"),
 ])
 def test_damaged_artifacts_are_refused(job, tmp_path, damage, message):
+    require_this_libtorch()
     data = job.read_bytes()
     damaged = damage(data)
     assert damaged != data
@@ -93,6 +101,19 @@ def test_damaged_artifacts_are_refused(job, tmp_path, damage, message):
     ran = run(path, "--steps", 1)
     assert ran.returncode == 1
     assert message in ran.stderr
+    assert "step 0" not in ran.stdout
+
+
+def test_an_artifact_of_another_libtorch_is_refused_naming_both(job):
+    import torch
+    linked = runner_libtorch()
+    ours = os.path.realpath(os.path.join(os.path.dirname(torch.__file__), "lib"))
+    if linked is None or linked == ours:
+        pytest.skip("the C++ runner links this interpreter's LibTorch")
+    ran = run(job, "--steps", 1)
+    assert ran.returncode == 1
+    assert f"it was made with LibTorch {torch.__version__.split('+')[0]}" in ran.stderr, ran.stderr
+    assert "recompile it" in ran.stderr
     assert "step 0" not in ran.stdout
 
 
