@@ -18,7 +18,8 @@ _HOW = ("Use the interpreter of the project venv made by `bash tools/setup_venv.
         "metafuse (`pip install --no-build-isolation .` in metafuse's checkout).")
 
 
-def _version_tuple(text):
+def major_minor(text):
+    """(major, minor) of a torch version string such as '2.15.0+cu132'."""
     parts = []
     for piece in text.split("+")[0].split(".")[:2]:
         digits = "".join(ch for ch in piece if ch.isdigit())
@@ -36,7 +37,7 @@ def require_torch():
             f"and this interpreter ({sys.executable}) cannot import torch: {exc}. "
             + _HOW) from exc
     version = getattr(torch, "__version__", "unknown")
-    if _version_tuple(version) < MINIMUM_TORCH:
+    if major_minor(version) < MINIMUM_TORCH:
         raise ImportError(
             f"metafuse needs torch >= {MINIMUM_TORCH[0]}.{MINIMUM_TORCH[1]} "
             f"(tested with {' and '.join(TESTED_TORCH)}); {sys.executable} has "

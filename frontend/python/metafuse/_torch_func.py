@@ -36,6 +36,8 @@ import threading
 
 import torch
 
+from metafuse._torch_check import major_minor
+
 __all__ = ["FUNCTORCH_FORM", "TorchFuncUnsupportedError", "transforms_active",
            "user_transforms_active", "differentiating_transforms_active", "owned",
            "refuse", "vjp", "grad_and_value", "physical", "all_true"]
@@ -43,17 +45,9 @@ __all__ = ["FUNCTORCH_FORM", "TorchFuncUnsupportedError", "transforms_active",
 _functorch = torch._C._functorch
 
 
-def _major_minor(version):
-    parts = []
-    for piece in version.split("+")[0].split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
-
-
 # The autograd.Function form torch.func transforms: torch >= 2.0, where
 # Function has setup_context (checked once, here).
-FUNCTORCH_FORM = (_major_minor(torch.__version__) >= (2, 0)
+FUNCTORCH_FORM = (major_minor(torch.__version__) >= (2, 0)
                   and hasattr(torch.autograd.Function, "setup_context"))
 
 
