@@ -2,8 +2,30 @@
 or the installed one under METAFUSE_TEST_INSTALLED=1 (package_under_test)."""
 
 import sys
+import warnings
 
 from package_under_test import INSTALLED, PACKAGE_DIR
 
 if not INSTALLED:
     sys.path.insert(0, PACKAGE_DIR)
+
+
+def _load_torchs_own_scripted_decompositions():
+    """torch 2.x scripts its forward-mode AD decompositions with torch.jit on
+    their first use (torch/_decomp/decompositions_for_jvp.py), which warns
+    that torch.jit is deprecated. pytest.ini makes that warning an error for
+    metafuse's and the tests' own calls; torch's internal one is made here,
+    once, before any test runs."""
+    try:
+        import torch  # noqa: F401
+        from torch.autograd import forward_ad
+    except ImportError:
+        return
+    load = getattr(forward_ad, "_maybe_load_decompositions", None)
+    if load is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            load()
+
+
+_load_torchs_own_scripted_decompositions()

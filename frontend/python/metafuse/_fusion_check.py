@@ -20,6 +20,7 @@ import os
 import torch
 
 from metafuse import _cost_timing
+from metafuse.compile import capture as _capture
 
 __all__ = ["VARIABLE", "choose_fusion"]
 
@@ -44,7 +45,7 @@ def choose_fusion(program, leaves):
         {"fusion": bool, "fused_s": float, "unfused_s": float}, or None when
         the check is off or cannot run here (tracing)."""
     # Fusion already off (METAFUSE_DISABLE_FUSION): nothing to choose.
-    if not _enabled() or not program.fusion() or torch._C._get_tracing_state() is not None:
+    if not _enabled() or not program.fusion() or _capture.active():
         return None
     cuda = sorted({t.device.index or 0 for t in leaves if t.is_cuda})
     inputs = [t.detach().requires_grad_(t.requires_grad and t.is_floating_point())

@@ -41,6 +41,7 @@ import torch
 
 from metafuse import _C
 from metafuse import _torch_func
+from metafuse.compile import capture as _capture
 from metafuse import tree as _tree
 from metafuse.batching import BatchedFunction
 from metafuse.compiler import CompiledFunction, CompiledInnerLoop
@@ -259,7 +260,7 @@ class LoadedProgram:
         self._output = constants["output"]
 
     def __call__(self, *args):
-        if torch._C._get_tracing_state() is None and _torch_func.user_transforms_active():
+        if not _capture.active() and _torch_func.user_transforms_active():
             _torch_func.refuse(
                 "metafuse.aot.LoadedProgram",
                 "a compiled program's autograd node is C++, with no batching or "

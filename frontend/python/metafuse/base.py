@@ -14,6 +14,7 @@ import torch
 
 from metafuse import _C
 from metafuse import _functorch_count
+from metafuse.compile import capture as _capture
 from metafuse import _torch_func
 from metafuse import states as _states
 from metafuse import tree as _tree
@@ -119,6 +120,8 @@ class GradientTransformation:
                     "cannot run (no batching rule; a C++ autograd node, which grad, vjp, "
                     "jacrev and jvp cannot differentiate); under torch.func transforms "
                     "use fused=False (the same numbers)")
+        if _capture.active():
+            _refuse_under_capture(self, raw_state)
         raw_state, replaced = _functorch_count.to_host(raw_state)
         try:
             new_leaves, new_state = self._core.update(leaves, raw_state,
@@ -199,6 +202,37 @@ class GradientTransformation:
             return (f"GradientTransformation(init={self._init_fn!r}, "
                     f"update={self._update_fn!r})")
         return f"GradientTransformation({self._core!r})"
+
+
+def _refuse_under_capture(tx, raw):
+    """What an update cannot do while a function is captured by make_fx
+    (metafuse.compile on torch 2.x): run a fused multi-tensor kernel, whose
+    arithmetic happens inside one C++ autograd node that make_fx cannot
+    see into (the TorchScript tracer records the operator, which the
+    compiler then refuses by name), or read a step count computed from the
+    function's inputs."""
+    fused = _fused_alias(tx)
+    if fused is not None and _capture.FRONT == "fx":
+        op = "adam_multi" if fused == "adamw" else f"{fused}_multi"
+        raise RuntimeError(f"op metafuse::{op} (metafuse.{fused}(fused=True)) is a fused "
+                           "kernel the compiler does not take; use fused=False inside "
+                           "compiled functions (the same numbers)")
+    _refuse_counts_from_inputs(raw)
+
+
+def _refuse_counts_from_inputs(raw):
+    """A step count computed from the captured function's inputs is an
+    error: the update reads it on the host, and the program would bake in
+    this call's value."""
+    name, fields, children = raw
+    for field, tensors, per_param in fields:
+        if not per_param and _capture.computed_from_inputs(tensors[0]):
+            raise RuntimeError(
+                f"optimizer state {name}.{field} comes from the traced function's inputs: "
+                "its value would be baked into the program. Create the optimizer state "
+                "inside the compiled function.")
+    for child in children:
+        _refuse_counts_from_inputs(child)
 
 
 _PLACEHOLDER = torch.zeros(())

@@ -58,6 +58,7 @@ from metafuse import _recomputed_chunks
 from metafuse import _task_gradients
 from metafuse import _torch_func
 from metafuse import tree as _tree
+from metafuse.compile import capture as _capture
 from metafuse.compiler import CompilationFallbackWarning, CompiledFunction
 
 __all__ = ["vmap", "BatchedFunction"]
@@ -222,7 +223,7 @@ class BatchedFunction:
         return sizes.pop()
 
     def __call__(self, *args):
-        if torch._C._get_tracing_state() is None and _torch_func.user_transforms_active():
+        if not _capture.active() and _torch_func.user_transforms_active():
             _torch_func.refuse(
                 f"metafuse.vmap ({self._subject()})",
                 "it runs compiled programs and task nodes whose autograd is C++ or "
@@ -410,7 +411,7 @@ class BatchedFunction:
         inner_dims = tuple(0 if i in shared_grad else d for i, d in enumerate(dims))
 
         def batched(*args):
-            with _batched_tensors.no_tracing():  # the task count is fixed by the guard
+            with _capture.untraced():  # the task count is fixed by the guard
                 size = self._batch_size(args, dims)
             expanded = [_tree.map(lambda t: t.expand(size, *t.shape), arg)
                         if i in shared_grad else arg for i, arg in enumerate(args)]
@@ -421,7 +422,7 @@ class BatchedFunction:
                                           out_dims=self.out_dims,
                                           randomness=self.randomness)(*expanded)
             except (RuntimeError, ValueError, TypeError) as exc:
-                if torch._C._get_tracing_state() is not None:
+                if _capture.active():
                     # compile falls back to this function, run eagerly,
                     # which warns once from _loop
                     self._unbatchable = True
@@ -429,7 +430,7 @@ class BatchedFunction:
                 return self._loop(args, dims, exc)
 
         return CompiledFunction(batched, argnums, closure_owner=self._closure_owner,
-                                tracing_context=_batched_tensors.untraced_sizes,
+                                tracing_context=_capture.batched_sizes,
                                 quiet_fallback=lambda reason: self._unbatchable)
 
     def _loop(self, args, dims, exc):

@@ -5,7 +5,8 @@
     loss_fn(fast_params, x_query, y_query).backward()   # meta-gradient
 
 ``loss_fn(params, *batch)`` returns the scalar inner loss; ``params`` is any
-pytree of tensors. The per-step loss is traced with the TorchScript tracer,
+pytree of tensors. The per-step loss is captured (compile/capture.py: make_fx
+on torch 2.x, the TorchScript tracer on 1.13),
 decomposed into metafuse's primitive ops, differentiated symbolically (the
 inner gradients, and the meta-gradient through them), unrolled for
 ``steps`` optimizer updates and run by the C++ runtime as a single autograd
@@ -53,6 +54,7 @@ from metafuse import _C
 from metafuse import _batched_tensors
 from metafuse import _fusion_check
 from metafuse import _torch_func
+from metafuse.compile import capture as _capture
 from metafuse import tree as _tree
 from metafuse.alias import _is_rate_tree
 from metafuse.base import GradientTransformation, apply_updates
@@ -149,34 +151,12 @@ class _Rebind:
         return False
 
 
-_TORCH_DIRS = tuple(os.path.dirname(m.__file__) + os.sep
-                    for m in (torch, __import__("functorch")))
-
-
-def _inside_torch(filename):
-    """Tracer warnings raised inside torch itself come from shape checks
-    (e.g. mse_loss comparing sizes), which the shape guard makes exact."""
-    return os.path.abspath(filename).startswith(_TORCH_DIRS)
-
-
 def _leaves_like(spec, tree, what="lr"):
     try:
         return list(_tree.flatten_as(spec, tree))
     except (ValueError, TypeError) as exc:
         raise ValueError(f"compile_inner_loop: per-parameter `{what}` must have "
                          f"the structure of `params`: {exc}") from None
-
-
-def _trace(fn, examples):
-    """(traced, error, recorded warnings): tracer warnings are collected for
-    inspection, a tracing error is returned rather than raised."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", torch.jit.TracerWarning)
-        try:
-            traced = torch.jit.trace(fn, examples, check_trace=False)
-        except RuntimeError as exc:
-            return None, str(exc).strip().splitlines()[0], caught
-    return traced, None, caught
 
 
 def _describe(leaves):
@@ -268,19 +248,11 @@ class _CompiledBase:
                       stacklevel=4)
         return reason
 
-    def _inexact_trace(self, caught, rewarn):
-        """The reason the trace cannot be trusted (a tensor turned into a
-        Python value in user code: data-dependent control flow would be baked
-        in), or None. With ``rewarn``, warnings other than the tracer's are
-        issued again."""
-        for w in caught:
-            if not issubclass(w.category, torch.jit.TracerWarning):
-                if rewarn:
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            elif not _inside_torch(w.filename):
-                return (f"tracing is not exact at {w.filename}:{w.lineno} "
-                        f"({str(w.message).splitlines()[0]})")
-        return None
+    @staticmethod
+    def _rewarn(captured):
+        """Issues again the warnings the function raised while captured."""
+        for w in captured.caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
     def stages(self):
         """[(stage, IR text)] of every compiled guard, in compile order: the
@@ -336,7 +308,7 @@ class CompiledInnerLoop(_CompiledBase):
     def __call__(self, params, *batch):
         if _under_user_transform():
             return self._under_transform(params, batch)
-        if torch._C._get_tracing_state() is not None or (
+        if _capture.active() or (
                 _batched_tensors.transforms_active() and
                 any(_batched_tensors.is_batched(t) for t in _tree.leaves((params, batch)))):
             # Inside a function being compiled (metafuse.compile, metafuse.vmap):
@@ -400,13 +372,13 @@ class CompiledInnerLoop(_CompiledBase):
                 return self.loss_fn(p, *b)
 
         examples = tuple(t.detach() for t in param_leaves + batch_leaves + extras)
-        traced, error, caught = _trace(flat_loss, examples)
-        if error is not None:
-            return self._fallback(f"the loss could not be traced ({error})")
-        inexact = self._inexact_trace(caught, rewarn=True)
-        if inexact is not None:
-            return self._fallback(inexact)
-        graph = traced.graph
+        captured = _capture.trace(flat_loss, examples)
+        self._rewarn(captured)
+        if captured.error is not None:
+            return self._fallback(f"the loss could not be traced ({captured.error})")
+        if captured.inexact is not None:
+            return self._fallback(captured.inexact)
+        graph = captured.graph
         outputs = list(graph.outputs())
         if len(outputs) != 1 or not outputs[0].type().isSubtypeOf(torch._C.TensorType.get()):
             raise ValueError("compile_inner_loop: `loss_fn` must return one scalar tensor")
@@ -550,15 +522,14 @@ def grad(output, inputs):
                         f"{type(output).__name__}")
     if _batched_tensors.is_batched(output):  # inside metafuse.vmap / functorch.vmap
         return _tree.unflatten(spec, _batched_tensors.physical_grad(
-            output, leaves, torch.ops.metafuse.grad))
-    return _tree.unflatten(spec, list(torch.ops.metafuse.grad(output, leaves)))
+            output, leaves, _capture.grad_op))
+    return _tree.unflatten(spec, _capture.grad_op(output, leaves))
 
 
 def _under_user_transform():
     """Whether this call runs under a torch.func transform the caller opened
     (not one of metafuse.vmap's, not while metafuse traces)."""
-    return (torch._C._get_tracing_state() is None
-            and _torch_func.user_transforms_active())
+    return not _capture.active() and _torch_func.user_transforms_active()
 
 
 def _records_gradient(leaves):
@@ -794,14 +765,14 @@ class CompiledFunction(_CompiledBase):
                                                     t.is_floating_point())
                          for i, t in enumerate(flat + extras))
         with torch.enable_grad(), self._tracing_context():
-            traced, error, caught = _trace(flat_fn, examples)
-        if error is not None:
-            return self._fallback(f"the function could not be traced ({error})")
-        inexact = self._inexact_trace(caught, rewarn=False)
-        if inexact is not None:
-            return self._fallback(inexact)
+            captured = _capture.trace(flat_fn, examples)
+        if captured.error is not None:
+            return self._fallback(f"the function could not be traced ({captured.error})")
+        if captured.inexact is not None:
+            return self._fallback(captured.inexact)
         try:
-            program = _core.compile_function(traced.graph, [] if forward_only else differentiable)
+            program = _core.compile_function(captured.graph,
+                                             [] if forward_only else differentiable)
         except _core.UnsupportedOp as exc:
             return self._fallback(f"op {exc} is outside the compiler's primitive set")
         return program, out_spec[0]

@@ -1,0 +1,361 @@
+"""Capture: a user's Python function, run once on example tensors, recorded
+as the compiler's IR (a graph of ``aten::`` operators).
+
+Two fronts, chosen here and nowhere else:
+
+- ``fx`` (torch 2.x, the default there): ``make_fx`` in real-tensor mode
+  records the ATen operators the function runs, below autograd and below
+  functorch's vmap (so a batched function is recorded with its physical,
+  batched operators), and fx_graph.py converts the FX graph. make_fx rather
+  than torch.export: export traces with fake tensors and symbolic shapes,
+  which every metafuse operator (the gradient marker, the fused optimizer
+  updates) would need a fake kernel for, and it owns guards that metafuse
+  already keeps per call signature; its pre-dispatch IR records vmap as
+  calls to functorch rather than as batched operators. make_fx with real
+  tensors runs the function as written and keeps metafuse's guards.
+- ``torchscript`` (torch 1.13, whose make_fx cannot record this): the
+  TorchScript tracer, as before torch 2.x deprecated it.
+
+``METAFUSE_CAPTURE=fx|torchscript`` overrides the choice (fx needs torch 2).
+
+What both fronts guarantee the compile front: a graph whose inputs are the
+example tensors in order, ``metafuse.grad`` recorded as one
+``metafuse::grad`` node (differentiated symbolically by the compiler), and a
+reason instead of a graph where the function cannot be recorded exactly:
+data-dependent control flow (make_fx refuses to read a traced tensor's
+value; the TorchScript tracer warns, and a warning from user code is
+reported), or an operator the IR has no form for.
+"""
+
+import contextlib
+import os
+import warnings
+
+import torch
+
+from metafuse import _torch_check
+
+__all__ = ["FRONT", "Capture", "active", "batched_sizes", "choose_front", "grad_op",
+           "computed_from_inputs", "trace", "untraced"]
+
+FRONT_VARIABLE = "METAFUSE_CAPTURE"
+
+
+def choose_front(version=None, requested=None):
+    """The capture front for a torch version ("fx" on 2.x, else
+    "torchscript"), or the one METAFUSE_CAPTURE requests.
+
+    Raises:
+        ValueError: METAFUSE_CAPTURE names no front, or fx on torch 1.x."""
+    version = version or _torch_check.major_minor(torch.__version__)
+    requested = os.environ.get(FRONT_VARIABLE, "") if requested is None else requested
+    if requested not in ("", "fx", "torchscript"):
+        raise ValueError(f"{FRONT_VARIABLE} must be 'fx' or 'torchscript', got {requested!r}")
+    if requested == "fx" and version < (2, 0):
+        raise ValueError(f"{FRONT_VARIABLE}=fx needs torch 2.x; this is torch "
+                         f"{torch.__version__} (use torchscript)")
+    if requested:
+        return requested
+    return "fx" if version >= (2, 0) else "torchscript"
+
+
+FRONT = choose_front()
+
+if FRONT == "fx":
+    import torch._dispatch.python  # noqa: F401  (the Python dispatcher)
+    from torch.fx.experimental import proxy_tensor as _proxy_tensor
+    from metafuse.compile import fx_graph as _fx_graph
+
+
+class Capture:
+    """What one capture produced: ``graph`` (the IR, or None), ``error`` (why
+    there is none), ``inexact`` (why the graph cannot be trusted, or None)
+    and ``caught`` (warnings the function raised while it ran, for the
+    caller to issue again or drop)."""
+
+    __slots__ = ("graph", "error", "inexact", "caught")
+
+    def __init__(self, graph=None, error=None, inexact=None, caught=()):
+        self.graph, self.error, self.inexact, self.caught = graph, error, inexact, list(caught)
+
+
+def active():
+    """Whether a metafuse capture is recording the running code (either
+    front): the code then builds the program rather than computing."""
+    if torch._C._get_tracing_state() is not None:
+        return True
+    return FRONT == "fx" and _proxy_tensor.get_proxy_mode() is not None
+
+
+@contextlib.contextmanager
+def untraced():
+    """Python values read inside are constants of the capture, not recorded
+    (the TorchScript tracer records size reads; make_fx never does)."""
+    if FRONT == "fx":
+        yield
+        return
+    from metafuse import _batched_tensors
+    with _batched_tensors.no_tracing():
+        yield
+
+
+def batched_sizes():
+    """The context a capture of functorch-batched code runs in: the
+    TorchScript tracer cannot record size reads of a BatchedTensor, so they
+    are read untraced there; make_fx needs nothing."""
+    if FRONT == "fx":
+        return contextlib.nullcontext()
+    from metafuse import _batched_tensors
+    return _batched_tensors.untraced_sizes()
+
+
+def _proxy_of(tensor, tracer):
+    """The FX proxy of a tensor the capture tracks; a tensor it does not
+    (a constant the function closes over) becomes a constant of the graph."""
+    slot = _proxy_tensor.get_proxy_slot(tensor, tracer, None)
+    if slot is not None:
+        return slot.proxy
+    return torch.fx.Proxy(tracer.create_arg(tensor), tracer)
+
+
+def _record(op, compute, args, kwargs):
+    """Runs ``compute(*args, **kwargs)`` eagerly, unrecorded (autograd still
+    records it: a later metafuse.grad needs its graph), and records it as
+    one ``op`` node whose outputs are the results."""
+    tracer = _proxy_tensor.get_proxy_mode().tracer
+    proxy_args, proxy_kwargs = torch.utils._pytree.tree_map_only(
+        torch.Tensor, lambda t: _proxy_of(t, tracer), (args, kwargs))
+    # (without the Python dispatcher: a C++ kernel that runs the autograd
+    # engine, as metafuse::grad does, must not be entered holding the GIL)
+    with _proxy_tensor.disable_proxy_modes_tracing(), torch._C._DisablePythonDispatcher():
+        result = compute(*args, **kwargs)
+    node = tracer.create_proxy("call_function", op, proxy_args, proxy_kwargs)
+    return _proxy_tensor.track_tensor_tree(result, node, constant=None, tracer=tracer)
+
+
+def grad_op(output, leaves):
+    """metafuse's gradient operator on plain tensors: recorded as one
+    ``metafuse::grad`` node while capturing, evaluated eagerly otherwise
+    (its eager values are what the rest of the capture computes with)."""
+    mode = _proxy_tensor.get_proxy_mode() if FRONT == "fx" else None
+    if mode is None:
+        return list(torch.ops.metafuse.grad(output, list(leaves)))
+    return _record(torch.ops.metafuse.grad.default,
+                   lambda o, ls: list(torch.ops.metafuse.grad(o, ls)), (output, list(leaves)), {})
+
+
+# Composite operators (PyTorch implements them with others, above autograd)
+# that the compiler takes whole: make_fx records below autograd, where they
+# have become their parts (linear: t and addmm; softmax: _softmax; pad:
+# reflection_pad2d...), some of which the compiler has no rule for. While
+# metafuse captures, each is recorded as one node instead (a kernel for the
+# autograd keys, which make_fx's Python dispatcher consults); otherwise
+# they dispatch as before. Under vmap, functorch's batching rules run
+# first, so a batched function is recorded with what they emit, as with
+# the TorchScript tracer.
+_WHOLE_COMPOSITES = (
+    "adaptive_avg_pool2d", "batch_norm", "conv1d", "conv2d", "conv_transpose2d",
+    "cross_entropy_loss", "einsum", "expand_as", "flatten", "frobenius_norm",
+    "group_norm", "instance_norm", "kl_div", "l1_loss", "layer_norm", "linear",
+    "log_sigmoid", "log_softmax", "matmul", "max_pool2d", "movedim", "nll_loss",
+    "nll_loss_nd", "one_hot", "pad", "relu6", "reshape", "scaled_dot_product_attention",
+    "selu", "softmax", "square", "std", "sum_to_size", "type_as", "unflatten", "var",
+    "where",
+    # recurrent layers (decompose_recurrent.cc unrolls them into their cells)
+    "gru", "lstm", "rnn_relu", "rnn_tanh",
+    # nearest upsampling (decompose_indexing.cc)
+    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+    "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
+)
+_capturing = [False]  # inside trace(): the kernels below record
+
+
+def _keep_whole(op):
+    key = torch._C.DispatchKey
+    before = torch._ops.resolve_key(op, key.AutogradCPU)
+    previous = op.py_kernels.get(before)
+    if previous is None:
+        def previous(*args, **kwargs):
+            return op._op_dk(before, *args, **kwargs)
+
+    def kernel(*args, **kwargs):
+        if not _capturing[0] or _proxy_tensor.get_proxy_mode() is None:
+            return previous(*args, **kwargs)
+        return _record(op, previous, args, kwargs)
+
+    for autograd_key in (key.AutogradCPU, key.AutogradCUDA):
+        if autograd_key not in op.py_kernels:
+            op.py_impl(autograd_key)(kernel)
+
+
+def _register_whole_composites():
+    for name in _WHOLE_COMPOSITES:
+        packet = getattr(torch.ops.aten, name)
+        for overload in packet.overloads():
+            try:
+                op = getattr(packet, overload)
+                composite = torch._C._dispatch_has_kernel_for_dispatch_key(
+                    op.name(), "CompositeImplicitAutograd")
+            except RuntimeError:  # listed by the packet, not registered in this build
+                continue
+            if overload != "out" and composite:
+                _keep_whole(op)
+
+
+
+
+def computed_from_inputs(tensor):
+    """Whether, under an fx capture, ``tensor`` is computed from the captured
+    function's inputs, so that reading its value would bake this call's
+    value into the program (the TorchScript front's optimizer checks this in
+    C++, frontend/optim/basic_transforms.cc)."""
+    mode = _proxy_tensor.get_proxy_mode() if FRONT == "fx" else None
+    if mode is None or not isinstance(tensor, torch.Tensor):
+        return False
+    slot = _proxy_tensor.get_proxy_slot(tensor, mode.tracer, None)
+    if slot is None:
+        return False
+    pending, seen = [slot.proxy.node], set()
+    while pending:
+        node = pending.pop()
+        if node.op == "placeholder":
+            return True
+        if node not in seen:
+            seen.add(node)
+            pending.extend(node.all_input_nodes)
+    return False
+
+
+def _first_line(exc):
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# Frames of the dispatch machinery between a value read and its reader.
+_MACHINERY = tuple(os.path.join(os.path.dirname(torch.__file__), part)
+                   for part in ("_ops.py", "fx" + os.sep, "utils" + os.sep, "_dispatch" + os.sep,
+                                "_compile.py", "_dynamo" + os.sep))
+_inexact_reads = []  # during trace(): why the capture is not exact, the first first
+
+
+def _reader_frame():
+    """The innermost frame outside the dispatch machinery and this module:
+    the code that asked for a tensor's value."""
+    import traceback
+    for frame in reversed(traceback.extract_stack()):
+        if frame.filename == __file__ or frame.filename.startswith(_MACHINERY):
+            continue
+        return frame
+    return None
+
+
+def _note_value_read(tensor, tracer):
+    """A tensor's value read into Python while capturing: inexact where the
+    tensor is computed from the function's inputs (data-dependent control
+    flow, ``.item()``: the program would bake in this call's value) and the
+    reader is not torch itself (argument checks, such as a distribution's
+    validation, which only raise), as with the TorchScript tracer, whose
+    warnings from inside torch are ignored too."""
+    if _inexact_reads or not computed_from_inputs(tensor):
+        return
+    frame = _reader_frame()
+    if frame is None or _inside_torch(frame.filename):
+        return
+    _inexact_reads.append(f"tracing is not exact at {frame.filename}:{frame.lineno} "
+                          f"(a tensor computed from the inputs is read as a Python value: "
+                          f"{frame.line})")
+
+
+def _value_reads():
+    """A dispatch mode, entered inside the function being recorded (so it
+    sees each operator before make_fx's), that notes every read of a
+    tensor's value into Python."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    read = torch.ops.aten._local_scalar_dense.default
+
+    class ValueReads(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is read:
+                _note_value_read(args[0], _proxy_tensor.get_proxy_mode().tracer)
+            return func(*args, **(kwargs or {}))
+
+    return ValueReads()
+
+
+@contextlib.contextmanager
+def _whole_composites():
+    # (make_fx consults kernels registered from Python only for symbolic
+    # or pre-dispatch tracing; the Python dispatcher makes it do so here)
+    outer, _capturing[0] = _capturing[0], True
+    _inexact_reads.clear()
+    try:
+        with torch._dispatch.python.enable_python_dispatcher():
+            yield
+    finally:
+        _capturing[0] = outer
+
+
+def _trace_fx(fn, examples):
+    returned = []
+
+    def recorded(*args):
+        with _value_reads():
+            result = fn(*args)
+        returned.append(isinstance(result, tuple))
+        return result
+
+    with warnings.catch_warnings(record=True) as caught, _whole_composites():
+        warnings.simplefilter("always")
+        try:
+            # (an empty decomposition table keeps detach a gradient cut)
+            gm = _proxy_tensor.make_fx(recorded, decomposition_table={}, tracing_mode="real",
+                                       _error_on_data_dependent_ops=False)(*examples)
+        except RuntimeError as exc:  # what the function does cannot be recorded
+            return Capture(error=_first_line(exc), caught=caught)
+    if _inexact_reads:
+        return Capture(inexact=_inexact_reads[0], caught=caught)
+    try:
+        graph = _fx_graph.to_graph(gm, returns_tuple=returned[0])
+    except _fx_graph.Unconvertible as exc:
+        return Capture(error=f"op {exc} has no form in the compiler's IR", caught=caught)
+    return Capture(graph=graph, caught=caught)
+
+
+_TORCH_DIRS = tuple(os.path.dirname(m.__file__) + os.sep
+                    for m in (torch, __import__("functorch")))
+
+
+def _inside_torch(filename):
+    """Tracer warnings raised inside torch itself come from shape checks
+    (e.g. mse_loss comparing sizes), which the shape guard makes exact."""
+    return os.path.abspath(filename).startswith(_TORCH_DIRS)
+
+
+def _trace_torchscript(fn, examples):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", torch.jit.TracerWarning)
+        try:
+            traced = torch.jit.trace(fn, examples, check_trace=False)
+        except RuntimeError as exc:
+            return Capture(error=_first_line(exc), caught=caught)
+    inexact, others = None, []
+    for w in caught:
+        if not issubclass(w.category, torch.jit.TracerWarning):
+            others.append(w)
+        elif inexact is None and not _inside_torch(w.filename):
+            inexact = (f"tracing is not exact at {w.filename}:{w.lineno} "
+                       f"({str(w.message).splitlines()[0]})")
+    return Capture(graph=traced.graph, inexact=inexact, caught=others)
+
+
+def trace(fn, examples):
+    """Records ``fn(*examples)`` (examples: tensors; fn returns a tensor or a
+    tuple of tensors) with this interpreter's front. Never raises for what
+    the function does: a failure is the Capture's ``error``."""
+    if FRONT == "fx":
+        return _trace_fx(fn, examples)
+    return _trace_torchscript(fn, examples)
+
+
+if FRONT == "fx":
+    _register_whole_composites()
