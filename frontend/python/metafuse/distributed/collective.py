@@ -7,8 +7,9 @@ same meta-step on the whole meta-batch and takes its share.
     loss = scheduler(params, xs, ys, xq, yq)      # every rank, same arguments
     loss.backward()                               # the same meta-gradient everywhere
 
-Each rank holds the compiled program (the task, compiled in that process
-on first use; batched: its ``metafuse.vmap``, compiled for the rank's
+Each rank holds the compiled program (a ``metafuse.compile``d task's AOT
+program, made and loaded in that process on first use, as RPC's workers
+load it; batched: the task's ``metafuse.vmap``, compiled for the rank's
 share size) and runs the tasks of its share, a contiguous range given by
 the same split as RPC's scheduler (``balance.Balancer``: measured seconds
 per task and fixed seconds, all ranks fed the same timings, so all compute
@@ -48,7 +49,8 @@ from metafuse.distributed.balance import Balancer
 from metafuse.distributed.config import default_timeout
 from metafuse.distributed.errors import RankError
 from metafuse.distributed.liveness import DEFAULT_SILENCE, Heartbeat, StepBarrier
-from metafuse.distributed.scheduler import MetaBatchScheduler, _assemble_blocks
+from metafuse.distributed.scheduler import (MetaBatchScheduler, _artifact_bytes,
+                                            _assemble_blocks, _skeleton)
 
 __all__ = ["CollectiveScheduler"]
 
@@ -186,11 +188,18 @@ class CollectiveScheduler(MetaBatchScheduler):
         guard = self._guard(leaves, task_batch)
         if self._registered == guard:
             return
-        function = self.task.fn if isinstance(self.task, CompiledFunction) else self.task
-        task_runner.register_local(self._key, vmap(function) if self.batched else self.task,
-                                   _tree.unflatten(_tree.structure(params),
-                                                   list(range(len(leaves)))),
-                                   batched=self.batched)
+        compiled = isinstance(self.task, CompiledFunction)
+        if self.batched:
+            task = vmap(self.task.fn if compiled else self.task)
+        else:
+            task = self.task
+            if compiled:  # its AOT program, loaded, as RPC's workers run it (no guard per call)
+                try:
+                    task = task_runner.load_artifact(
+                        _artifact_bytes(self.task, params, *(b[0] for b in task_batch)))
+                except RuntimeError:  # the call runs eagerly: nothing compiled to load
+                    pass
+        task_runner.register_local(self._key, task, _skeleton(params), batched=self.batched)
         self._registered = guard
 
     def _parts(self, count):

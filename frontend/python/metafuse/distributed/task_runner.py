@@ -48,9 +48,9 @@ import torch.distributed.rpc as rpc
 from metafuse import aot
 from metafuse import tree as _tree
 
-__all__ = ["register", "register_batched", "register_local", "forget", "run_tasks",
-           "run_batched", "block_segments", "block_row_count", "pairwise_rows_sum",
-           "block_sums"]
+__all__ = ["register", "register_batched", "register_local", "load_artifact", "forget",
+           "run_tasks", "run_batched", "block_segments", "block_row_count",
+           "pairwise_rows_sum", "block_sums"]
 
 # Registered tasks by key: ("task", callable, spec, device) or
 # ("batched", {size: program}, spec, device); device None: where tensors arrive.
@@ -123,7 +123,7 @@ def _on_task_thread(fn, *args):
     return future.result()
 
 
-def _load_artifact(data):
+def load_artifact(data):
     """A LoadedProgram from an artifact's bytes (through a private file)."""
     fd, path = tempfile.mkstemp(suffix=".mfa", prefix="metafuse-task-")
     try:
@@ -200,7 +200,7 @@ def register(key, kind, payload, param_skeleton, placement=None):
         from metafuse.compiler import compile as compile_task
         task = compile_task(function)
     else:
-        task = _load_artifact(payload) if kind == "artifact" else payload
+        task = load_artifact(payload) if kind == "artifact" else payload
     with _LOCK:
         _REGISTRY[key] = ("task", task, _tree.structure(param_skeleton), device)
     return True
@@ -224,7 +224,7 @@ def register_batched(key, artifacts, param_skeleton, reset, placement=None):
         from metafuse.batching import vmap
         loaded = {_ANY_SIZE: vmap(function)}
     else:
-        loaded = {size: _load_artifact(data) for size, data in artifacts.items()}
+        loaded = {size: load_artifact(data) for size, data in artifacts.items()}
     with _LOCK:
         entry = _REGISTRY.get(key)
         programs = {} if reset or entry is None or entry[0] != "batched" else entry[1]
