@@ -61,5 +61,29 @@ def partitions_world():
     return out
 
 
+def on_device(device, batched):
+    """(the meta-gradient, the loss) with the parameters and the tasks on
+    ``device`` (shares [4, 2] in a world of 2; alone, the whole batch)."""
+    params = {k: v.detach().to(device).requires_grad_() for k, v in
+              programs.meta_params().items()}
+    batch = [b.to(device) for b in programs.task_batch()]
+    shares = [4, 2] if todist.get_world_size() == 2 else None
+    scheduler = todist.CollectiveScheduler(programs.compiled_task_loss, batched=batched,
+                                           block=BLOCK, shares=shares)
+    for p in params.values():
+        p.grad = None
+    loss = scheduler(params, *batch)
+    loss.backward()
+    return [p.grad.cpu().numpy().copy() for p in params.values()], float(loss.detach())
+
+
+def nccl_world():
+    """Each rank on its own GPU (init_collectives picks NCCL there)."""
+    todist.init_collectives(timeout=60)
+    backend = torch.distributed.get_backend()
+    device = todist.worker_device()
+    return backend, str(device), {b: on_device(device, b) for b in (False, True)}
+
+
 if __name__ == "__main__":  # pragma: no cover - a manual check
     print(single_process(batched="--batched" in sys.argv)[1])

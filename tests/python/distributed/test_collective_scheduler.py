@@ -93,3 +93,17 @@ def test_a_rank_error_names_the_ranks_and_survives_pickling():
     assert error.ranks == [1, 2] and error.reason == "silent" and error.step == 4
     assert str(error).startswith("ranks 1, 2 sent no heartbeat for 5.0 s")
     assert "parameters are as before it" in str(error)
+
+
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.skipif(GPUS < 2, reason=f"NCCL needs a GPU per rank: this machine has {GPUS} "
+                    "(NCCL refuses two ranks on one GPU)")
+def test_nccl_on_two_gpus_gives_the_single_gpu_bits():
+    seen = todist.spawn(cp.nccl_world, 2, init_rpc=False, timeout=240)
+    assert [s[:2] for s in seen] == [("nccl", "cuda:0"), ("nccl", "cuda:1")]
+    for batched in (False, True):
+        want = cp.on_device("cuda:0", batched)
+        for rank in (0, 1):
+            assert _equal(seen[rank][2][batched][0], want[0]), (rank, batched)
