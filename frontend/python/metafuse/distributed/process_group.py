@@ -140,7 +140,7 @@ def init_collectives(backend=None, timeout=None):
     _STATE["may_serve"] = True
     try:
         _form(_joining_generation())
-    except (RuntimeError, dist.DistError if hasattr(dist, "DistError") else RuntimeError) as exc:
+    except RuntimeError as exc:  # torch's DistError (2.x) is one
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise WorldConfigError(
             f"torch.distributed start-up of rank {info.rank} (WORLD_SIZE={info.world_size}) at "
