@@ -1,7 +1,9 @@
 """Distributed MAML meta-step: metafuse's TaskScheduler on 1 and 2 workers,
-per task and batched, and TorchOpt's eager distributed idiom on 2, in one
-world of 2 processes (each its share of the cores: 1 thread here),
-variants alternating meta-steps in one run.
+per task and batched, over RPC and over torch.distributed collectives
+(gloo), and TorchOpt's eager distributed idiom on 2, in one world of 2
+processes (each its share of the cores: 1 thread here), variants
+alternating meta-steps in one run (a gloo barrier before each step, so
+that both ranks start it together).
 
 Sinusoid regression, MLP 1-40-40-1, 5 inner SGD steps (lr 0.01), 10 shots,
 meta-batch 400 tasks, float32:
@@ -10,6 +12,9 @@ meta-batch 400 tasks, float32:
   - per task, 2 workers: the same, tasks split between rank 0 and rank 1
   - batched, 1 / 2     : TaskScheduler(batched=True): each worker's share
                          as one metafuse.vmap program (its AOT artifact)
+  - collective ...     : the same four over collectives (CollectiveScheduler:
+                         both ranks run the step, one all_reduce; 1 rank: a
+                         group of rank 0 alone, no collective)
   - TorchOpt idiom, 2  : rpc.RRef(net), parallelize (one RPC per worker),
                          MetaSGD on module_clone(net_rref.to_here()) per
                          task, eager, distributed autograd
@@ -24,14 +29,21 @@ over the busier process's in the 2-worker step, a ratio other processes on
 the machine barely move), and a projection to 8 and 64 workers from
 measured per-task and per-message costs:
 
-    T(W) = (n / W) * t_task + W * t_msg + n * t_reduce
+    T(W) = (n / W) * t_task + W * t_msg + n * t_reduce                  (RPC)
+    T(W) = (n / W) * t_task + 2 (W - 1) a + 2 (W - 1) / W * S b
+           + W * t_store + n * t_reduce                                (collectives)
 
 (t_task: seconds per task on one worker; t_msg: one RPC round trip with the
 parameters and one task's data; t_reduce: the per-task share of summing the
-gradients: block sums on the workers, the caller's total of the blocks.) Assumptions: every worker
+gradients: block sums on the workers, the caller's total of the blocks;
+a, b: a ring all_reduce's per-hop latency and seconds per byte, from a
+tiny and an S-byte gloo all_reduce on 2 ranks, S the step's buffer; t_store:
+one store operation, the step barrier's per-rank cost at the store's
+server.) Assumptions: every worker
 has its own core (or GPU) running tasks at the measured t_task, the caller
 issues its W messages one after another over TensorPipe as here (same
-host; across hosts t_msg grows with the network), and tasks are equal.
+host; across hosts t_msg grows with the network), gloo's all_reduce is a
+ring, and tasks are equal.
 
     /usr/bin/python3 bench/distributed_maml.py [--tasks 400] [--steps 7]
         [--transports uv] [--no-idiom] [--json FILE]
@@ -49,7 +61,10 @@ import statistics
 import sys
 import time
 
+import datetime
+
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 import metafuse as mf  # noqa: E402
@@ -132,25 +147,85 @@ def _block_reduce(grads):
     return _assemble_blocks(rows, parts, block, n)
 
 
-def run_world(tasks, steps, idiom):
-    """Rank 0 measures; rank 1 serves RPCs. Returns the measurements."""
-    if todist.get_world_rank() != 0:
-        return None
+COLLECTIVE = ("collective per task", "collective batched")
+
+
+def _collective_schedulers(rank):
+    """The collective variants: 2 ranks on every rank, then (rank 0 only)
+    1 rank, a group of rank 0 alone (the order every rank forms them in)."""
+    schedulers = {f"{mode}, 2 workers": todist.CollectiveScheduler(task_loss, batched=batched)
+                  for mode, batched in zip(COLLECTIVE, (False, True))}
+    alone = dist.new_group([0])
+    if rank == 0:
+        schedulers.update({f"{mode}, 1 worker": todist.CollectiveScheduler(
+            task_loss, batched=batched, group=alone) for mode, batched in zip(COLLECTIVE,
+                                                                           (False, True))})
+    return schedulers
+
+
+def _collective_costs(params, tasks, block_rows):
+    """(a, b, S, t_store) of the cost model, on 2 ranks (rank 1 mirrors)."""
+    width = sum(p.numel() for p in params.values())
+    size = block_rows * width + tasks + 4
+    tiny, full = torch.zeros(1), torch.zeros(size)
+    for buffer in (tiny, full):  # warm
+        dist.all_reduce(buffer)
+    t_tiny = statistics.median(_timed(lambda: dist.all_reduce(tiny)) for _ in range(30))
+    t_full = statistics.median(_timed(lambda: dist.all_reduce(full)) for _ in range(30))
+    return t_tiny / 2, max(0.0, t_full - t_tiny) / (4 * size), 4 * size
+
+
+def _collective_partner(schedulers, names, steps, params, batch):
+    """Rank 1: takes part in the collective 2-rank steps, waits otherwise."""
+    for name in names:  # first calls
+        dist.barrier()
+        if name in schedulers:
+            schedulers[name](params, *batch).backward()
+    for _ in range(steps):
+        for name in names:
+            dist.barrier()
+            if name in schedulers:
+                schedulers[name](params, *batch).backward()
+    block_rows = sum(schedulers["collective batched, 2 workers"].last_gradient_rows.values())
+    dist.barrier()
+    _collective_costs(params, batch[0].shape[0], block_rows)  # mirrors rank 0's all_reduces
+    return None
+
+
+def run_world(tasks, steps, idiom, group_port):
+    """Rank 0 measures; rank 1 serves RPCs and takes part in the collective
+    steps. Returns the measurements."""
+    rank = todist.get_world_rank()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{group_port}", rank=rank,
+                            world_size=2, timeout=datetime.timedelta(seconds=120))
+    net = make_net()
+    params = {k: v.detach().requires_grad_() for k, v in net.named_parameters()}
+    batch = sample_tasks(tasks, torch.Generator().manual_seed(0))
+    collective = _collective_schedulers(rank)
+    names = [*(f"{m}, {w}" for m in ("per task", "batched") for w in ("1 worker", "2 workers")),
+             *(f"{m}, {w}" for m in COLLECTIVE for w in ("1 worker", "2 workers"))]
+    if idiom:
+        names.append("TorchOpt idiom, 2 workers")
+    if rank != 0:
+        return _collective_partner(collective, names, steps, params, batch)
     rpc = torch.distributed.rpc
     available = [_cpu_available(rpc)]
     before = rpc.rpc_sync(1, _cpu_seconds)
     time.sleep(1.0)
     idle_cpu = rpc.rpc_sync(1, _cpu_seconds) - before
-    net = make_net()
-    params = {k: v.detach().requires_grad_() for k, v in net.named_parameters()}
-    batch = sample_tasks(tasks, torch.Generator().manual_seed(0))
     schedulers = {
-        "per task, 1 worker": todist.TaskScheduler(task_loss, workers=[0]),
-        "per task, 2 workers": todist.TaskScheduler(task_loss, workers=[0, 1]),
-        "batched, 1 worker": todist.TaskScheduler(task_loss, workers=[0], batched=True),
-        "batched, 2 workers": todist.TaskScheduler(task_loss, workers=[0, 1], batched=True)}
-    first = {name: _timed(lambda s=s: s(params, *batch).backward())
-             for name, s in schedulers.items()}
+        "per task, 1 worker": todist.TaskScheduler(task_loss, workers=[0], backend="rpc"),
+        "per task, 2 workers": todist.TaskScheduler(task_loss, workers=[0, 1], backend="rpc"),
+        "batched, 1 worker": todist.TaskScheduler(task_loss, workers=[0], batched=True,
+                                                  backend="rpc"),
+        "batched, 2 workers": todist.TaskScheduler(task_loss, workers=[0, 1], batched=True,
+                                                   backend="rpc"),
+        **collective}
+    first = {}
+    for name in names:
+        dist.barrier()
+        if name in schedulers:
+            first[name] = _timed(lambda s=schedulers[name]: s(params, *batch).backward())
 
     def idiom_step():
         net_rref = todist.rpc.RRef(net)
@@ -161,6 +236,7 @@ def run_world(tasks, steps, idiom):
                 for name, s in schedulers.items()}
     if idiom:
         variants["TorchOpt idiom, 2 workers"] = idiom_step
+    variants = {name: variants[name] for name in names}  # the order rank 1 follows
     times = {name: [] for name in variants}
     cpu = {name: [] for name in variants}  # (rank 0's, rank 1's) CPU seconds per step
     worker_seconds = {name: [] for name in schedulers if "2 workers" in name}
@@ -168,6 +244,7 @@ def run_world(tasks, steps, idiom):
     for _ in range(steps):
         for name, step in variants.items():
             before = (_cpu_seconds(), rpc.rpc_sync(1, _cpu_seconds))
+            dist.barrier()  # both ranks start the step together
             times[name].append(_timed(step))
             cpu[name].append((_cpu_seconds() - before[0],
                               rpc.rpc_sync(1, _cpu_seconds) - before[1]))
@@ -183,6 +260,11 @@ def run_world(tasks, steps, idiom):
         "worker1", _echo, args=(*leaves, *task_slice))) for _ in range(50))
     grads = torch.randn(tasks, sum(p.numel() for p in leaves))  # the leaves, flat
     reduce_s = statistics.median(_timed(lambda: _block_reduce(grads)) for _ in range(20))
+    block_rows = sum(collective["collective batched, 2 workers"].last_gradient_rows.values())
+    dist.barrier()
+    hop, per_byte, buffer_bytes = _collective_costs(params, tasks, block_rows)
+    store = todist.process_group.rendezvous_store()
+    t_store = statistics.median(_timed(lambda: store.check(["metafuse/x"])) for _ in range(50))
     return {"tasks": tasks, "steps": steps, "first_call_s": first, "median_s": medians,
             "times_s": times, "load": load, "cpu_available": available,
             "cpu_s": {name: [statistics.median(c[r] for c in cpu[name]) for r in (0, 1)]
@@ -191,7 +273,8 @@ def run_world(tasks, steps, idiom):
                                       for w in steps_seen[0]}
                                for name, steps_seen in worker_seconds.items()},
             "t_task": medians["per task, 1 worker"] / tasks, "t_msg": rtt,
-            "t_reduce": reduce_s / tasks,
+            "t_reduce": reduce_s / tasks, "t_hop": hop, "t_byte": per_byte,
+            "buffer_bytes": buffer_bytes, "t_store": t_store,
             "partition": {name: s.last_partition for name, s in schedulers.items()
                           if "2 workers" in name},
             "artifact_bytes": {"per task": len(schedulers["per task, 2 workers"]._payload[2]),
@@ -207,6 +290,13 @@ def project(result, workers):
     return (n / workers) * result["t_task"] + workers * result["t_msg"] + n * result["t_reduce"]
 
 
+def project_collective(result, workers):
+    n, w = result["tasks"], workers
+    return ((n / w) * result["t_task"] + 2 * (w - 1) * result["t_hop"]
+            + 2 * (w - 1) / w * result["buffer_bytes"] * result["t_byte"]
+            + w * result["t_store"] + n * result["t_reduce"])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=400)
@@ -219,8 +309,9 @@ def main():
     args = parser.parse_args()
     if args.transports:
         os.environ["METAFUSE_RPC_TRANSPORTS"] = args.transports  # inherited by the workers
-    result = todist.spawn(run_world, 2, args=(args.tasks, args.steps, not args.no_idiom),
-                          timeout=600)[0]
+    from metafuse.distributed.config import free_port
+    result = todist.spawn(run_world, 2, args=(args.tasks, args.steps, not args.no_idiom,
+                                              free_port()), timeout=900)[0]
     m = result["median_s"]
     print(f"MAML sinusoid, {result['tasks']} tasks, {result['steps']} meta-steps per variant "
           f"(alternating), OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS') or 'the share'}, "
@@ -236,12 +327,12 @@ def main():
         print("  NOTE: the machine did not give two processes two cores' worth of CPU; the "
               "wall-clock ratios below measure the machine, not the scheduler (see the "
               "CPU-seconds line)")
-    for mode in ("per task", "batched"):
+    for mode in ("per task", "batched", *COLLECTIVE):
         one, two = (result["times_s"][f"{mode}, {w}"] for w in ("1 worker", "2 workers"))
         paired = statistics.median(a / b for a, b in zip(one, two))
         print(f"  {mode}: 1 -> 2 workers, median of the per-round ratios (steps run "
               f"back to back, so a load change hits both): {paired:.2f}x")
-    for mode in ("per task", "batched"):
+    for mode in ("per task", "batched", *COLLECTIVE):
         base = m[f"{mode}, 1 worker"]
         for name, seconds in m.items():
             if name.startswith(mode) or (mode == "batched" and name.startswith("TorchOpt")):
@@ -249,11 +340,15 @@ def main():
                 print(f"  {name:27s} {seconds * 1e3:9.1f} ms (min {min(t) * 1e3:.1f}, max "
                       f"{max(t) * 1e3:.1f})   vs {mode}, 1 worker: {base / seconds:5.2f}x")
     cpu = result["cpu_s"]
-    for mode in ("per task", "batched"):
+    for mode in ("per task", "batched", *COLLECTIVE):
         one, two = cpu[f"{mode}, 1 worker"], cpu[f"{mode}, 2 workers"]
         print(f"  {mode}: CPU seconds per step (rank 0 + rank 1): 1 worker "
               f"{one[0] * 1e3:.1f} + {one[1] * 1e3:.1f} ms, 2 workers {two[0] * 1e3:.1f} + "
               f"{two[1] * 1e3:.1f} ms; on two free cores: {sum(one) / max(two):.2f}x")
+    for mode, rpc_mode in zip(COLLECTIVE, ("per task", "batched")):
+        print(f"  {mode} vs RPC {rpc_mode}, 2 workers: "
+              f"{m[f'{rpc_mode}, 2 workers'] / m[f'{mode}, 2 workers']:.2f}x; 1 worker: "
+              f"{m[f'{rpc_mode}, 1 worker'] / m[f'{mode}, 1 worker']:.2f}x")
     print(f"  batched vs per task, 2 workers: "
           f"{m['per task, 2 workers'] / m['batched, 2 workers']:.2f}x")
     for name, seconds in result["worker_seconds"].items():
@@ -274,6 +369,15 @@ def main():
         t = project(result, w)
         print(f"  projected {w:3d} workers: {t * 1e3:8.1f} ms   speed-up {project(result, 1) / t:5.2f}x"
               + (f"   (measured {m['per task, 2 workers'] * 1e3:.1f} ms)" if w == 2 else ""))
+    print(f"cost model (collectives): all_reduce hop {result['t_hop'] * 1e6:.1f} us, "
+          f"{result['t_byte'] * 1e9:.3f} ns per byte, buffer {result['buffer_bytes']} bytes, "
+          f"store operation {result['t_store'] * 1e6:.1f} us")
+    for w in (1, 2, 8, 64):
+        t = project_collective(result, w)
+        print(f"  projected {w:3d} ranks:   {t * 1e3:8.1f} ms   speed-up "
+              f"{project_collective(result, 1) / t:5.2f}x"
+              + (f"   (measured {m['collective per task, 2 workers'] * 1e3:.1f} ms)"
+                 if w == 2 else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

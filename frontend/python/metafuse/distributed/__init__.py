@@ -1,7 +1,7 @@
-"""Distributed meta-learning over torch.distributed.rpc (TensorPipe) and
-torch.distributed.autograd.
+"""Distributed meta-learning over torch.distributed collectives (gloo, NCCL)
+and over torch.distributed.rpc (TensorPipe) with torch.distributed.autograd.
 
-Two layers:
+Three layers:
 
 - TorchOpt's distributed API under its names (``import metafuse.distributed
   as todist``): world information, ``auto_init_rpc``, rank decorators,
@@ -11,8 +11,12 @@ Two layers:
   partitioned over workers, each keeping its compiled program across
   meta-steps; one RPC per worker per meta-step; the meta-gradient comes
   back through the caller's ordinary ``loss.backward()``.
+- the same scheduler over collectives (``CollectiveScheduler``, what
+  ``TaskScheduler`` makes where torch.distributed is initialised, e.g. by
+  ``init_collectives`` under torchrun): every rank runs the meta-step and
+  its share, one all_reduce per step.
 
-Processes start with torchrun or ``python3 -m metafuse.distributed.launch``;
+Processes start with torchrun (torch 2.x) or ``python3 -m metafuse.distributed.launch``;
 ``spawn`` starts a local world from Python (docs/distributed.md).
 """
 
@@ -20,8 +24,10 @@ import torch.distributed as _dist
 
 from metafuse.distributed import api, autograd, rpc, world
 from metafuse.distributed.api import *  # noqa: F403
+from metafuse.distributed.collective import CollectiveScheduler
 from metafuse.distributed.config import DEFAULT_TIMEOUT, WorldConfigError
-from metafuse.distributed.errors import WorkerError
+from metafuse.distributed.errors import RankError, WorkerError
+from metafuse.distributed.process_group import init_collectives
 from metafuse.distributed.scheduler import TaskScheduler
 from metafuse.distributed.spawn import SpawnError, spawn
 from metafuse.distributed.world import *  # noqa: F403

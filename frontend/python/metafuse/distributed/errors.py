@@ -1,13 +1,15 @@
 """What the caller sees when a worker fails: a WorkerError that names the
 worker and says what happened (no answer within the timeout, the process
-is gone), or the worker's own exception with its traceback.
+is gone), or the worker's own exception with its traceback; with
+collectives, a RankError on every rank that is left, naming the ranks that
+failed.
 """
 
 import threading
 
 import torch
 
-__all__ = ["WorkerError", "describe_failure", "gather_futures"]
+__all__ = ["WorkerError", "RankError", "describe_failure", "gather_futures"]
 
 
 class WorkerError(RuntimeError):
@@ -33,6 +35,44 @@ class WorkerError(RuntimeError):
 
     def __reduce__(self):
         return (type(self), (self.worker, self.rank, self.reason, self.detail))
+
+
+class RankError(RuntimeError):
+    """Ranks of a collective meta-step did not take part in it; raised on
+    every rank that did, before anything of the step reached the caller's
+    parameters.
+
+    Attributes:
+        ranks: the failed ranks (sorted ints).
+        reason: ``"silent"`` (no heartbeat for ``seconds``: its process
+            died, or its host is cut off), ``"timeout"`` (it is alive but
+            did not finish its share within ``seconds``), ``"unreachable"``
+            (the rendezvous store, on ``ranks``' host, cannot be reached
+            from here) or ``"collective"`` (the all_reduce failed: ``ranks``
+            stopped answering during it).
+        step: the scheduler's meta-step number (from 0).
+        seconds: how long this rank waited.
+    """
+
+    def __init__(self, ranks, reason, step, seconds, detail=""):
+        self.ranks, self.reason, self.step, self.seconds = sorted(ranks), reason, step, seconds
+        self.detail = detail
+        names = ", ".join(str(r) for r in self.ranks)
+        what = {"silent": f"sent no heartbeat for {seconds:.1f} s: its process died or its "
+                          "host is cut off",
+                "timeout": f"is alive but did not finish its share within {seconds:.1f} s "
+                           "(the scheduler's timeout)",
+                "unreachable": "cannot be reached: the rendezvous store on its host does "
+                               "not answer (that host is down or cut off)",
+                "collective": "stopped answering during the all_reduce"}[reason]
+        super().__init__(
+            f"rank{'s' if len(self.ranks) > 1 else ''} {names} {what} (meta-step {step}"
+            f"{'; ' + detail if detail else ''}). Nothing of this step was applied: the "
+            "parameters are as before it. Restart the failed rank and call "
+            "scheduler.regroup() here, or restart the job")
+
+    def __reduce__(self):
+        return (type(self), (self.ranks, self.reason, self.step, self.seconds, self.detail))
 
 
 _TIMEOUT_MARKS = ("timeout", "timed out")

@@ -59,84 +59,30 @@ from metafuse import tree as _tree
 from metafuse.batching import vmap
 from metafuse.compiler import CompiledFunction
 from metafuse.distributed import task_runner
+from metafuse.distributed.balance import Balancer, partition_sizes, sticky_sizes
 from metafuse.distributed.config import default_timeout
 from metafuse.distributed.errors import gather_futures
 
-__all__ = ["TaskScheduler", "partition_sizes", "sticky_sizes"]
+__all__ = ["TaskScheduler", "MetaBatchScheduler", "partition_sizes", "sticky_sizes"]
 
 _KEYS = itertools.count()
 
 
-def partition_sizes(count, costs, latencies=None, granule=1):
-    """How many tasks each worker gets so that all finish together: worker
-    w takes ``latencies[w] + size * costs[w]`` seconds, so its share is
-    ``(T - latency) / cost`` for the common finish time T (a worker whose
-    latency alone exceeds T gets none); rounded by largest remainder (ties
-    to the earlier worker). Without latencies: shares inversely
-    proportional to the seconds per task.
-
-    Args:
-        count: the number of tasks.
-        costs: seconds per task of each worker (positive floats).
-        latencies: seconds each worker's step costs besides its tasks (the
-            RPC round trip; 0 for the caller's own share), or None.
-        granule: shares in multiples of this many tasks (the remainder of
-            ``count`` to the last worker with a share): fewer distinct share
-            sizes, so fewer batched programs.
-
-    Returns:
-        A list of ints summing to ``count``.
-    """
-    latencies = [0.0] * len(costs) if latencies is None else list(latencies)
-    active = list(range(len(costs)))
-    while True:  # drop the workers whose latency is past the finish time
-        finish = ((count + sum(latencies[i] / costs[i] for i in active))
-                  / sum(1.0 / costs[i] for i in active))
-        late = [i for i in active if latencies[i] >= finish]
-        if not late or len(late) == len(active):
-            break
-        active = [i for i in active if i not in late]
-    exact = [max(0.0, (finish - latencies[i]) / costs[i]) if i in active else 0.0
-             for i in range(len(costs))]
-    units = count // granule
-    scale = units / sum(exact)
-    exact = [e * scale for e in exact]
-    sizes = [int(e) for e in exact]
-    order = sorted(range(len(costs)), key=lambda i: (-(exact[i] - sizes[i]), i))
-    for i in order[:units - sum(sizes)]:
-        sizes[i] += 1
-    sizes = [size * granule for size in sizes]
-    last = max((i for i, size in enumerate(sizes) if size), default=len(sizes) - 1)
-    sizes[last] += count - sum(sizes)
-    return sizes
+def _backend(backend):
+    """"rpc" or "collective" for TaskScheduler's ``backend`` argument (None:
+    collectives where torch.distributed's default group is initialised)."""
+    if backend is None:
+        import torch.distributed as dist
+        return "collective" if dist.is_available() and dist.is_initialized() else "rpc"
+    if backend not in ("rpc", "collective"):
+        raise ValueError(f"TaskScheduler: `backend` must be None, 'rpc' or 'collective', "
+                         f"got {backend!r}")
+    return backend
 
 
 def _skeleton(params):
     """The parameters' structure, ints for leaves (what a worker needs)."""
     return _tree.unflatten(_tree.structure(params), list(range(len(_tree.leaves(params)))))
-
-
-def sticky_sizes(current, proposed, costs, gain=0.1, latencies=None):
-    """The shares of the next split in batched mode, where a new share size
-    is a new program to compile and ship: ``proposed`` only if it shortens
-    the predicted step (the slowest worker's latency plus its share times
-    its seconds per task) by more than ``gain``, else ``current``.
-
-    Args:
-        current, proposed: tasks per worker (lists of ints, same length).
-        costs: each worker's seconds per task.
-        gain: the fraction the predicted step must shrink by.
-        latencies: each worker's seconds besides its tasks, or None (0).
-
-    Returns:
-        ``current`` or ``proposed``.
-    """
-    latencies = [0.0] * len(costs) if latencies is None else latencies
-
-    def step(sizes):
-        return max(latency + size * cost
-                   for size, cost, latency in zip(sizes, costs, latencies) if size)
-    return proposed if step(proposed) < (1 - gain) * step(current) else current
 
 
 def _artifact_bytes(compiled, *example_args):
@@ -226,7 +172,94 @@ def _assemble_blocks(rows, parts, block, count):
     return task_runner.pairwise_rows_sum(torch.stack(sums).unsqueeze(0))[0]
 
 
-class TaskScheduler:
+class MetaBatchScheduler:
+    """What both back ends share (RPC's TaskScheduler, the collective
+    one): the argument checks, the two calls (``__call__`` with block sums,
+    ``task_losses`` with per-task gradients) as one autograd node each, and
+    the balancing estimates. A back end provides ``_ensure_registered`` and
+    ``_dispatch(param_leaves, task_batch, want_grads, block)``.
+    """
+
+    def _init_common(self, task, reduction, balance, batched, block):
+        name = type(self).__name__
+        if not callable(task):
+            raise TypeError(f"{name}: `task` must be callable, got {task!r}")
+        if not isinstance(batched, bool):
+            raise TypeError(f"{name}: `batched` must be a bool, got {batched!r}")
+        if block is not None and (isinstance(block, bool) or not isinstance(block, int)
+                                  or block < 1):
+            raise ValueError(f"{name}: `block` must be a positive int (tasks per "
+                             f"gradient block), got {block!r}")
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"{name}: `reduction` must be 'mean' or 'sum', got "
+                             f"{reduction!r}")
+        self.task, self.reduction, self.batched, self.block = task, reduction, batched, block
+        self.balance = True if balance is None else bool(balance)
+        self._balancer = Balancer(self.balance, batched)
+        self._spec = None  # the parameters' TreeSpec of the current call
+        self._grad_mode = True
+        self.last_partition = []
+        self.last_seconds = {}
+        self.last_gradient_rows = {}
+
+    def __call__(self, params, *task_batch):
+        """The reduced (mean or sum) loss of the tasks; differentiable with
+        respect to ``params``' tensors (workers answer with block sums)."""
+        leaves = self._prepare(params, task_batch)
+        return _ReducedRemoteTasks.apply(self, task_batch, *leaves)
+
+    def _block_size(self, count):
+        return self.block if self.block is not None else max(1, -(-count // 32))
+
+    def task_losses(self, params, *task_batch):
+        """Each task's loss, in task order ([number of tasks]); differentiable
+        with respect to ``params``' tensors.
+
+        Args:
+            params: a pytree of tensors (the meta-parameters).
+            *task_batch: tensors whose dim 0 indexes the tasks.
+
+        Raises:
+            TypeError: an argument leaf is not a tensor.
+            ValueError: the task batch is empty or its sizes disagree.
+            WorkerError: a worker timed out or died (named).
+        """
+        leaves = self._prepare(params, task_batch)
+        return _RemoteTasks.apply(self, task_batch, *leaves)
+
+    def _prepare(self, params, task_batch):
+        """Checks the arguments, registers the task where needed; the
+        parameters' leaves."""
+        if _torch_func.transforms_active():
+            # The scheduler's nodes (_RemoteTasks, _ReducedRemoteTasks) carry
+            # gradients computed by the workers: first-order, not batchable.
+            _torch_func.refuse(
+                f"metafuse.distributed.{type(self).__name__}",
+                "its autograd nodes carry the gradients the workers computed "
+                "(first-order, no batching rule); call it outside the transform and "
+                "use torch.autograd.grad / .backward() on the loss; it batches the "
+                "tasks itself (batched=True runs each worker's share as a metafuse.vmap)")
+        leaves, spec = _tree.flatten(params)
+        if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
+            raise TypeError(f"{type(self).__name__}: `params` must be a pytree of tensors")
+        if not task_batch or not all(isinstance(b, torch.Tensor) for b in task_batch):
+            raise TypeError(f"{type(self).__name__}: the task batch must be tensors with the tasks "
+                            "along dim 0")
+        sizes = {b.shape[0] for b in task_batch}
+        if len(sizes) != 1 or 0 in sizes:
+            raise ValueError(f"{type(self).__name__}: every task tensor needs the same non-zero "
+                             f"dim 0 (the number of tasks), got {[b.shape[0] for b in task_batch]}")
+        self._ensure_registered(params, leaves, task_batch)
+        self._grad_mode = torch.is_grad_enabled()
+        self._spec = spec
+        return leaves
+
+    def _guard(self, leaves, task_batch):
+        return tuple((tuple(t.shape), t.dtype) for t in leaves) + tuple(
+            (tuple(b.shape[1:]), b.dtype) for b in task_batch)
+
+
+class TaskScheduler(MetaBatchScheduler):
     """Runs a meta-batch of tasks on RPC workers (see the module docstring).
 
     Args:
@@ -273,19 +306,20 @@ class TaskScheduler:
             is not started.
     """
 
-    def __init__(self, task, workers=None, *, reduction="mean", timeout=None, balance=None,
-                 batched=False, block=None, worker_devices=True):
-        if not callable(task):
-            raise TypeError(f"TaskScheduler: `task` must be callable, got {task!r}")
-        if not isinstance(batched, bool):
-            raise TypeError(f"TaskScheduler: `batched` must be a bool, got {batched!r}")
-        if block is not None and (isinstance(block, bool) or not isinstance(block, int)
-                                  or block < 1):
-            raise ValueError(f"TaskScheduler: `block` must be a positive int (tasks per "
-                             f"gradient block), got {block!r}")
-        if reduction not in ("mean", "sum"):
-            raise ValueError(f"TaskScheduler: `reduction` must be 'mean' or 'sum', got "
-                             f"{reduction!r}")
+    def __new__(cls, task=None, workers=None, *, backend=None, **options):
+        if cls is TaskScheduler and _backend(backend) == "collective":
+            from metafuse.distributed.collective import CollectiveScheduler
+            if workers is not None:
+                raise ValueError("TaskScheduler: `workers` is for the RPC back end; with "
+                                 "torch.distributed collectives every rank of `group` "
+                                 "takes tasks (pass group=, or backend='rpc')")
+            return CollectiveScheduler(task, **options)
+        return super().__new__(cls)
+
+    def __init__(self, task, workers=None, *, backend=None, reduction="mean", timeout=None,
+                 balance=None, batched=False, block=None, worker_devices=True):
+        del backend  # chosen in __new__
+        self._init_common(task, reduction, balance, batched, block)
         try:
             me = rpc.get_worker_info()
         except RuntimeError:
@@ -296,27 +330,16 @@ class TaskScheduler:
                        for w in workers])
         if not infos:
             raise ValueError("TaskScheduler: `workers` must name at least one worker")
-        self.task, self.reduction, self.batched, self.block = task, reduction, batched, block
         self.worker_devices = bool(worker_devices)
-        self.balance = True if balance is None else bool(balance)
         self.timeout = default_timeout() if timeout is None else float(timeout)
         self._me = me
         self._workers = sorted({i.id: i for i in infos}.values(), key=lambda i: i.id)
-        self._costs = {}  # worker id -> its compute seconds per task (running average)
-        self._latency = {}  # worker id -> seconds it adds besides its tasks (RPC; 0 here)
         self._registered = {}  # worker id -> (key, guard)
         self._key = f"{me.name}:{os.getpid()}:{next(_KEYS)}"
         self._payload = None
         self._batched_fn = None  # batched mode: the vmap of the task
         self._artifacts = {}  # batched mode: share size -> artifact bytes (this guard)
         self._sizes_sent = {}  # batched mode: worker id -> sizes it has loaded
-        self._sizes = None  # batched mode: (count, worker ids, sizes) of the last split
-        self._sizes_run = set()  # batched mode: (worker id, share size) run at least once
-        self._spec = None  # the parameters' TreeSpec of the current call
-        self._grad_mode = True
-        self.last_partition = []
-        self.last_seconds = {}
-        self.last_gradient_rows = {}
 
     @staticmethod
     def _info(rank):
@@ -324,6 +347,22 @@ class TaskScheduler:
             if info.id == rank:
                 return info
         raise ValueError(f"TaskScheduler: no worker has rank {rank}")
+
+    @property
+    def _costs(self):  # worker id -> its compute seconds per task (running average)
+        return self._balancer.costs
+
+    @_costs.setter
+    def _costs(self, value):
+        self._balancer.costs = value
+
+    @property
+    def _latency(self):  # worker id -> seconds it adds besides its tasks (RPC; 0 here)
+        return self._balancer.latency
+
+    @_latency.setter
+    def _latency(self, value):
+        self._balancer.latency = value
 
     @property
     def workers(self):
@@ -348,64 +387,7 @@ class TaskScheduler:
             raise ValueError("TaskScheduler.remove_worker: it is the last worker; restart "
                              "the job instead")
         self._workers = keep
-        self._costs = {k: v for k, v in self._costs.items() if any(w.id == k for w in keep)}
-        self._latency = {k: v for k, v in self._latency.items() if k in self._costs}
-
-    def __call__(self, params, *task_batch):
-        """The reduced (mean or sum) loss of the tasks; differentiable with
-        respect to ``params``' tensors (workers answer with block sums)."""
-        leaves = self._prepare(params, task_batch)
-        return _ReducedRemoteTasks.apply(self, task_batch, *leaves)
-
-    def _block_size(self, count):
-        return self.block if self.block is not None else max(1, -(-count // 32))
-
-    def task_losses(self, params, *task_batch):
-        """Each task's loss, in task order ([number of tasks]); differentiable
-        with respect to ``params``' tensors.
-
-        Args:
-            params: a pytree of tensors (the meta-parameters).
-            *task_batch: tensors whose dim 0 indexes the tasks.
-
-        Raises:
-            TypeError: an argument leaf is not a tensor.
-            ValueError: the task batch is empty or its sizes disagree.
-            WorkerError: a worker timed out or died (named).
-        """
-        leaves = self._prepare(params, task_batch)
-        return _RemoteTasks.apply(self, task_batch, *leaves)
-
-    def _prepare(self, params, task_batch):
-        """Checks the arguments, registers the task where needed; the
-        parameters' leaves."""
-        if _torch_func.transforms_active():
-            # The scheduler's nodes (_RemoteTasks, _ReducedRemoteTasks) carry
-            # gradients computed by the workers: first-order, not batchable.
-            _torch_func.refuse(
-                "metafuse.distributed.TaskScheduler",
-                "its autograd nodes carry the gradients the workers computed "
-                "(first-order, no batching rule); call it outside the transform and "
-                "use torch.autograd.grad / .backward() on the loss; it batches the "
-                "tasks itself (batched=True runs each worker's share as a metafuse.vmap)")
-        leaves, spec = _tree.flatten(params)
-        if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
-            raise TypeError("TaskScheduler: `params` must be a pytree of tensors")
-        if not task_batch or not all(isinstance(b, torch.Tensor) for b in task_batch):
-            raise TypeError("TaskScheduler: the task batch must be tensors with the tasks "
-                            "along dim 0")
-        sizes = {b.shape[0] for b in task_batch}
-        if len(sizes) != 1 or 0 in sizes:
-            raise ValueError(f"TaskScheduler: every task tensor needs the same non-zero "
-                             f"dim 0 (the number of tasks), got {[b.shape[0] for b in task_batch]}")
-        self._ensure_registered(params, leaves, task_batch)
-        self._grad_mode = torch.is_grad_enabled()
-        self._spec = spec
-        return leaves
-
-    def _guard(self, leaves, task_batch):
-        return tuple((tuple(t.shape), t.dtype) for t in leaves) + tuple(
-            (tuple(b.shape[1:]), b.dtype) for b in task_batch)
+        self._balancer.keep({w.id for w in keep})
 
     def _ensure_registered(self, params, leaves, task_batch):
         guard = self._guard(leaves, task_batch)
@@ -415,11 +397,11 @@ class TaskScheduler:
         if self.batched:  # programs per share size, shipped when a size is first used
             if self._payload is None or self._payload[0] != guard:
                 self._payload = (guard, "batched", None)
-                self._artifacts, self._sizes = {}, None
+                self._artifacts, self._balancer.sizes = {}, None
             for w in pending:
                 self._registered[w.id] = (self._key, guard)
                 self._sizes_sent[w.id] = set()
-                self._sizes_run = {seen for seen in self._sizes_run if seen[0] != w.id}
+                self._balancer.new_programs(w.id)
             return
         if self._payload is None or self._payload[0] != guard:
             self._payload = (guard, *self._make_payload(params, task_batch))
@@ -496,20 +478,8 @@ class TaskScheduler:
             self._sizes_sent[w.id].update(sizes)
 
     def _split(self, count):
-        ids = [w.id for w in self._workers]
-        measured = self.balance and all(i in self._costs for i in ids)
-        costs = [self._costs[i] if measured else 1.0 for i in ids]
-        latencies = [self._latency.get(i, 0.0) if measured else 0.0 for i in ids]
-        # Batched, measured shares move in whole gradient blocks (when the
-        # meta-batch has at least 4 per worker): fewer sizes, fewer programs.
-        block = self._block_size(count)
-        granule = block if self.batched and measured and count // block >= 4 * len(ids) else 1
-        sizes = partition_sizes(count, costs, latencies, granule=granule)
-        if self.batched:
-            last = self._sizes
-            if last is not None and last[:2] == (count, ids):
-                sizes = sticky_sizes(last[2], sizes, costs, latencies=latencies)
-            self._sizes = (count, ids, sizes)
+        sizes = self._balancer.split(count, [w.id for w in self._workers],
+                                     self._block_size(count))
         bounds, start = [], 0
         for w, size in zip(self._workers, sizes):
             bounds.append((w, start, start + size))
@@ -552,16 +522,8 @@ class TaskScheduler:
             results[w.id] = losses.to(home), [g.to(home) for g in grads], seconds
         self.last_seconds = {w.name: results[w.id][2] for w, _, _ in parts}
         for w, a, b in parts:
-            if self.batched and (w.id, b - a) not in self._sizes_run:
-                # A program's first run (loading, first page faults) says
-                # little of its later ones: it would move the split again.
-                self._sizes_run.add((w.id, b - a))
-                continue
             compute = results[w.id][2]
-            latency = max(0.0, waited.get(w.id, compute) - compute)
-            for table, value in ((self._costs, compute / (b - a)), (self._latency, latency)):
-                old = table.get(w.id)
-                table[w.id] = value if old is None else 0.5 * old + 0.5 * value
+            self._balancer.record(w.id, b - a, compute, waited.get(w.id, compute) - compute)
         self.last_gradient_rows = {w.name: (results[w.id][1][0].shape[0] if want_grads else 0)
                                    for w, _, _ in parts}
         losses = torch.cat([results[w.id][0] for w, _, _ in parts])

@@ -48,8 +48,9 @@ import torch.distributed.rpc as rpc
 from metafuse import aot
 from metafuse import tree as _tree
 
-__all__ = ["register", "register_batched", "forget", "run_tasks", "run_batched",
-           "block_segments", "pairwise_rows_sum", "block_sums"]
+__all__ = ["register", "register_batched", "register_local", "load_artifact", "forget",
+           "run_tasks", "run_batched", "block_segments", "block_row_count",
+           "pairwise_rows_sum", "block_sums"]
 
 # Registered tasks by key: ("task", callable, spec, device) or
 # ("batched", {size: program}, spec, device); device None: where tensors arrive.
@@ -122,7 +123,7 @@ def _on_task_thread(fn, *args):
     return future.result()
 
 
-def _load_artifact(data):
+def load_artifact(data):
     """A LoadedProgram from an artifact's bytes (through a private file)."""
     fd, path = tempfile.mkstemp(suffix=".mfa", prefix="metafuse-task-")
     try:
@@ -199,7 +200,7 @@ def register(key, kind, payload, param_skeleton, placement=None):
         from metafuse.compiler import compile as compile_task
         task = compile_task(function)
     else:
-        task = _load_artifact(payload) if kind == "artifact" else payload
+        task = load_artifact(payload) if kind == "artifact" else payload
     with _LOCK:
         _REGISTRY[key] = ("task", task, _tree.structure(param_skeleton), device)
     return True
@@ -223,13 +224,30 @@ def register_batched(key, artifacts, param_skeleton, reset, placement=None):
         from metafuse.batching import vmap
         loaded = {_ANY_SIZE: vmap(function)}
     else:
-        loaded = {size: _load_artifact(data) for size, data in artifacts.items()}
+        loaded = {size: load_artifact(data) for size, data in artifacts.items()}
     with _LOCK:
         entry = _REGISTRY.get(key)
         programs = {} if reset or entry is None or entry[0] != "batched" else entry[1]
         if _ANY_SIZE in programs and function is not None:
             loaded = {}
         _REGISTRY[key] = ("batched", {**programs, **loaded}, spec, device)
+    return True
+
+
+def register_local(key, task, param_skeleton, batched=False):
+    """Keeps a task made in this process under ``key`` (the collective
+    scheduler: every rank holds its own program).
+
+    Args:
+        key: the scheduler's key.
+        task: per task, the callable; batched, a ``metafuse.vmap`` of the
+            task, which serves every slice size.
+        param_skeleton: the parameters' pytree with ints for leaves.
+        batched: whether ``task`` is batched.
+    """
+    entry = (("batched", {_ANY_SIZE: task}) if batched else ("task", task))
+    with _LOCK:
+        _REGISTRY[key] = (*entry, _tree.structure(param_skeleton), None)
     return True
 
 
@@ -248,7 +266,7 @@ def _entry(key, kind):
     entry = _REGISTRY.get(key)
     if entry is None or entry[0] != kind:
         raise RuntimeError(f"TaskScheduler: task {key} is not registered on "
-                           f"{rpc.get_worker_info().name} (was the worker restarted?)")
+                           f"{_worker_name()} (was the worker restarted?)")
     return entry
 
 
@@ -279,6 +297,13 @@ def block_segments(start, end, block, total):
         pieces.append((first, last, first == block_start and last == block_end))
         first = last
     return pieces
+
+
+def block_row_count(start, end, block, total):
+    """How many gradient rows ``block_sums`` gives for the slice [start,
+    end): one per whole block, one per task of a shared one."""
+    return sum(1 if whole else last - first
+               for first, last, whole in block_segments(start, end, block, total))
 
 
 def pairwise_rows_sum(rows):
@@ -393,7 +418,7 @@ def _run_batched(key, param_leaves, batch, want_grads, blocks):
     program = programs.get(count, programs.get(_ANY_SIZE))
     if program is None:
         raise RuntimeError(f"TaskScheduler: no batched program for {count} tasks on "
-                           f"{rpc.get_worker_info().name} (it has {sorted(programs)})")
+                           f"{_worker_name()} (it has {sorted(programs)})")
     with torch.enable_grad():
         leaves = [t.detach().unsqueeze(0).expand(count, *t.shape).contiguous()
                   .requires_grad_(want_grads) for t in param_leaves]
