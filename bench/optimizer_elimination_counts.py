@@ -59,7 +59,7 @@ def compile_variant(disabled, tasks):
     adapt, loss_fn = make_inner(net)
     params = dict(net.named_parameters())
     adapt(params, tasks[0][0], tasks[1][0])  # compiles
-    (program, _), = adapt._programs.values()
+    program, = adapt.programs()
     counts = program.counts(mf.tree.leaves(params) + [tasks[0][0], tasks[1][0]])
     stages = dict(adapt.stages())
     assert ("optimizer backward eliminated" in stages) != disabled

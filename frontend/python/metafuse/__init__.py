@@ -26,9 +26,16 @@ from metafuse import alias, diff, hook, schedule, transform, utils
 from metafuse import (accelerated_op, base, clip, combine, linalg, version,
                       linear_solve, nn, optim, pytree, typing, update, visual)
 from metafuse import aot
-from metafuse.compiler import (CompilationFallbackWarning, compile,
-                               compile_inner_loop, grad, profile)
-from metafuse.batching import vmap
+# metafuse.compile and metafuse.vmap are functions; the packages of the same
+# names (metafuse/compile/, metafuse/vmap/) hold their implementation and
+# are imported first, so that these names end bound to the functions.
+from metafuse.compile.compiled import CompilationFallbackWarning
+from metafuse.compile.function import compile  # noqa: A004
+from metafuse.compile.gradient import grad
+from metafuse.compile.inner_loop import compile_inner_loop
+from metafuse.compile.profile import profile
+from metafuse.vmap.function import vmap
+from metafuse import batching, compiler  # noqa: E402  (the former module names)
 from metafuse.accelerated_op import is_available as accelerated_op_available
 from metafuse.alias import (adadelta, adagrad, adam, adamax, adamw, radam,
                             rmsprop, sgd)

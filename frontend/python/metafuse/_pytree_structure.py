@@ -9,6 +9,29 @@ import typing as _typing
 from metafuse import tree as _tree
 
 
+def is_namedtuple_class(cls):
+    return (isinstance(cls, type) and issubclass(cls, tuple)
+            and isinstance(getattr(cls, "_fields", None), tuple))
+
+
+def is_namedtuple(obj):
+    return is_namedtuple_class(obj if isinstance(obj, type) else type(obj))
+
+
+def treespec_entries(treespec):
+    """The keys (dict), field names (namedtuple) or indices of the children."""
+    if treespec.is_leaf():
+        return []
+    node = _tree.unflatten(treespec, [0] * treespec.num_leaves)
+    if isinstance(node, dict):
+        keys = list(node)
+        if type(node) is dict:  # visited in sorted key order
+            return sorted(keys, key=lambda k: (str(type(k)), k))
+        return keys
+    if is_namedtuple(node):
+        return list(node._fields)
+    return list(range(treespec.num_children))
+
 def _flatten(tree, is_leaf, none_is_leaf, namespace):
     return _tree.flatten(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
 
@@ -28,7 +51,6 @@ def tree_flatten_one_level(tree, is_leaf=None, *, none_is_leaf=False, namespace=
 
     children, one_level = _tree.flatten(tree, below_root, none_is_leaf=none_is_leaf,
                                         namespace=namespace)
-    from metafuse.pytree import treespec_entries  # the entries of each node kind
     entries = tuple(treespec_entries(spec))
 
     def unflatten_func(metadata, new_children):

@@ -27,7 +27,6 @@ Not yet here (docs/aot.md): host object code inside the artifact, and the
 C++ runner without Python.
 """
 
-import contextlib
 import hashlib
 import io
 import json
@@ -43,8 +42,7 @@ from metafuse import _C
 from metafuse import _torch_func
 from metafuse.compile import capture as _capture
 from metafuse import tree as _tree
-from metafuse.batching import BatchedFunction
-from metafuse.compiler import CompiledFunction, CompiledInnerLoop
+from metafuse.compile.compiled import kind_of
 
 _core = _C._compiler
 
@@ -74,14 +72,14 @@ def _skeleton(tree):
 def _recording(compiled):
     """The program that is saved, also for calls recording no gradient
     (CompiledFunction.recording_programs)."""
-    return getattr(compiled, "recording_programs", contextlib.nullcontext)()
+    return compiled.recording_programs()
 
 
 def _output_skeleton(compiled, args):
     """The structure of one call's result, leaves as positions."""
     with torch.no_grad(), _recording(compiled):
         result = compiled(*args)
-    if isinstance(compiled, CompiledInnerLoop) and compiled.return_losses:
+    if compiled.kind == "inner_loop" and compiled.return_losses:
         adapted, losses = result
         return {"adapted": _skeleton(adapted), "losses": True}
     return {"tree": _skeleton(result), "losses": False}
@@ -111,14 +109,13 @@ def save(compiled, path, *example_args):
 def _save(compiled, path, example_args, job_section=None, job_payload=None, runner=None):
     """save(), with an optional job section (manifest) and job.pt member;
     ``runner`` adds the job's flat tensors to runner.pt."""
-    if isinstance(compiled, BatchedFunction):  # metafuse.vmap: its program for these args
-        compiled = compiled.compiled_function(*example_args)
-    if not isinstance(compiled, (CompiledInnerLoop, CompiledFunction)):
+    if kind_of(compiled) is None:
         raise TypeError("metafuse.aot.save: `compiled` must be a result of "
                         "compile_inner_loop, compile or vmap, got "
                         f"{type(compiled).__name__}")
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"metafuse.aot.save: `path` must be a file name, got {path!r}")
+    compiled = compiled.compiled_for(*example_args)  # metafuse.vmap: its program for these
     value = compiled.program(*example_args)
     # Host code for both back ends (LLVM object code, a C++ shared object
     # per program): a loading process links or dlopens it, no code generator.
@@ -126,7 +123,7 @@ def _save(compiled, path, example_args, job_section=None, job_payload=None, runn
         value.attach_object_code()
     except RuntimeError as exc:
         raise ArtifactError(f"metafuse.aot.save: {exc}") from None
-    _, leaves = compiled._entry_and_leaves(example_args)
+    leaves = compiled.program_inputs(*example_args)
     arg_leaves, arg_spec = _tree.flatten(list(example_args))
     closed = [t.detach().clone() for t in leaves[len(arg_leaves):]]
     members = {"program.bin": value.serialize(),
@@ -143,7 +140,7 @@ def _save(compiled, path, example_args, job_section=None, job_payload=None, runn
         "batch_leaves": (runner or {}).get("batch_leaves", [])}, _LIBTORCH_PICKLE)
     manifest = {
         "format": FORMAT,
-        "kind": "inner_loop" if isinstance(compiled, CompiledInnerLoop) else "function",
+        "kind": compiled.kind,
         "versions": dict(value.versions),
         "torch": torch.__version__,
         "inputs": {"structure": str(arg_spec), "leaves": len(arg_leaves),
@@ -437,7 +434,7 @@ def _metric_names(metrics):
 def _check_job(step, state, batches):
     """Raises TypeError / ValueError naming the argument that breaks the job
     convention; returns (the first step's result, metric names)."""
-    if not isinstance(step, CompiledFunction):
+    if kind_of(step) != "function":
         raise TypeError("metafuse.aot.save_job: `step` must be a function compiled with "
                         f"metafuse.compile, got {type(step).__name__}")
     state_spec, state_sig = _signature(state)

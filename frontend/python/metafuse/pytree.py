@@ -19,6 +19,11 @@ import typing as _typing
 import torch
 
 from metafuse import tree as _tree
+from metafuse._pytree_structure import (  # optree's structural helpers
+    AttributeKeyPathEntry, GetitemKeyPathEntry, Partial, broadcast_common, is_namedtuple,
+    is_namedtuple_class, prefix_errors, register_keypaths, treespec_entries,
+    tree_broadcast_common, tree_broadcast_map, tree_broadcast_map_with_path,
+    tree_flatten_one_level, tree_transpose)
 
 _MISSING = object()
 
@@ -238,21 +243,6 @@ def treespec_child(treespec, index):
     return treespec_children(treespec)[index]
 
 
-def treespec_entries(treespec):
-    """The keys (dict), field names (namedtuple) or indices of the children."""
-    if treespec.is_leaf():
-        return []
-    node = _tree.unflatten(treespec, [0] * treespec.num_leaves)
-    if isinstance(node, dict):
-        keys = list(node)
-        if type(node) is dict:  # visited in sorted key order
-            return sorted(keys, key=lambda k: (str(type(k)), k))
-        return keys
-    if is_namedtuple(node):
-        return list(node._fields)
-    return list(range(treespec.num_children))
-
-
 def treespec_entry(treespec, index):
     return treespec_entries(treespec)[index]
 
@@ -307,15 +297,6 @@ def tree_broadcast_prefix(prefix_tree, full_tree, is_leaf=None, *, none_is_leaf=
 
 
 # -- namedtuple / structseq ----------------------------------------------------
-def is_namedtuple_class(cls):
-    return (isinstance(cls, type) and issubclass(cls, tuple)
-            and isinstance(getattr(cls, "_fields", None), tuple))
-
-
-def is_namedtuple(obj):
-    return is_namedtuple_class(obj if isinstance(obj, type) else type(obj))
-
-
 def namedtuple_fields(obj):
     cls = obj if isinstance(obj, type) else type(obj)
     if not is_namedtuple_class(cls):
@@ -430,12 +411,6 @@ def tree_vdot_real(tree_x, tree_y):
         if x.is_complex() and y.is_complex():
             total += torch.dot(x.imag, y.imag).item()
     return total
-
-
-from metafuse._pytree_structure import (  # noqa: E402  (optree's structural helpers)
-    AttributeKeyPathEntry, GetitemKeyPathEntry, Partial, broadcast_common,
-    prefix_errors, register_keypaths, tree_broadcast_common, tree_broadcast_map,
-    tree_broadcast_map_with_path, tree_flatten_one_level, tree_transpose)
 
 
 def tree_wait(future_tree):

@@ -19,6 +19,7 @@ import re
 import torch
 
 from metafuse import tree as _tree
+from metafuse.compile.compiled import kind_of
 
 __all__ = ["make_dot", "resize_graph", "make_program_dot"]
 
@@ -271,13 +272,11 @@ def make_program_dot(compiled, profile=None, program=0):
     (fused kernels in gold, each a cluster listing the operations it fused;
     GEMMs in blue; other ATen calls in grey), data-flow edges between them, and
     a dashed "reuses" edge where a fused kernel writes its output into an
-    input's buffer. With ``profile`` (the :class:`metafuse.compiler.ProfileResult`
+    input's buffer. With ``profile`` (the :class:`metafuse.compile.profile.ProfileResult`
     of the same function) each instruction shows its measured time.
     ``program`` picks the compiled guard (one per input signature)."""
     graphviz = _graphviz()
-    programs = [entry[0] if isinstance(entry, tuple) else entry
-                for entry in getattr(compiled, "_programs", {}).values()
-                if not isinstance(entry, str)]
+    programs = compiled.programs() if kind_of(compiled) is not None else []
     if not programs:
         raise ValueError("make_program_dot: `compiled` must be a compiled function "
                          "(compile_inner_loop or compile) that has run at least once "

@@ -68,4 +68,4 @@ class ConvTasks:
     def fusion_report(self):
         """The batched program's fusion report ({'forward': ..., 'backward': ...})."""
         compiled = self.task_loss.compiled_function(self.params, *self.data)
-        return next(iter(compiled._programs.values()))[0].fusion_report()
+        return compiled.programs()[0].fusion_report()

@@ -137,6 +137,6 @@ def test_pooled_relu_output_is_recomputed_not_saved():
     # With the ReLU output read by the pooling alone, the pooling runs in
     # the BatchNorm-and-ReLU kernel (compiler/fuse_pool_epilogue.h): that
     # activation is not even written.
-    [program] = compiled._compiled()
+    [program] = compiled.programs()
     assert program.fusion_report()["forward"]["pooled_kernels"] == 1
     torch.testing.assert_close(loss, loss_fn(params, x, y), rtol=1e-12, atol=0)

@@ -83,7 +83,7 @@ def test_pass_on_and_off_agree_with_each_other_and_eager(monkeypatch, make_optim
             warnings.simplefilter("error", CompilationFallbackWarning)
             out, meta = meta_step(inner, loss_fn, params, support, query)
         assert inner.compile_count == 1
-        (program, _), = inner._programs.values()
+        program, = inner.programs()
         runs[disabled] = (out, meta, dict(inner.stages()), program)
     eager_out, eager_meta = meta_step(inner.fn, loss_fn, params, support, query)
 
@@ -117,7 +117,7 @@ def test_counts_report_smaller_meta_backward(monkeypatch):
         monkeypatch.setenv(SWITCH, disabled)
         inner, _ = make_inner(net, OPTIMIZERS[0][0])
         inner(params, *support)
-        (program, _), = inner._programs.values()
+        program, = inner.programs()
         counts[disabled] = program.counts(flat_inputs)
     off, on = counts["1"], counts["0"]
     assert set(on) == {"forward", "backward"}

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import metafuse as mf
-from metafuse import compiler as compiler_module
+from metafuse import tree as tree_module
 
 
 def make():
@@ -23,7 +23,7 @@ def make():
 class Counting:
     def __init__(self, monkeypatch):
         self.calls = {}
-        tree = compiler_module._tree
+        tree = tree_module
         for name in ("flatten", "unflatten", "flatten_as", "map", "leaves"):
             original = getattr(tree, name)
 
@@ -66,7 +66,7 @@ def test_the_unrolled_program_holds_no_tree_operations():
     params, loss_fn, x = make()
     adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.1), steps=5)
     adapt(params, x)
-    program = next(iter(adapt._programs.values()))
+    program = adapt.programs()[0]
     forward, backward = program.listing()
     for listing in (forward, backward, *program.fused_listing()):
         for op in ("TupleConstruct", "TupleUnpack", "DictConstruct", "ListUnpack",

@@ -37,7 +37,7 @@ def test_first_call_times_both_and_keeps_the_rule(monkeypatch):
     [record] = adapt.fusion_checks()
     assert record["fused_s"] > 0 and record["unfused_s"] > 0
     assert record["fusion"] == (not record["unfused_s"] * 1.1 < record["fused_s"])
-    [program] = adapt._compiled()
+    [program] = adapt.programs()
     assert program.fusion() == record["fusion"]
     adapt(params, x, y)  # the same guard: not checked again
     assert len(adapt.fusion_checks()) == 1
@@ -84,7 +84,7 @@ def test_the_check_can_be_turned_off_and_a_bad_value_is_named(monkeypatch):
     _, adapt = make(net)
     adapt(params, x, y)
     assert adapt.fusion_checks() == []
-    assert adapt._compiled()[0].fusion()
+    assert adapt.programs()[0].fusion()
     monkeypatch.setenv(_fusion_check.VARIABLE, "maybe")
     _, adapt = make(net)
     with pytest.raises(ValueError, match="METAFUSE_FUSION_CHECK must be 0 or 1, got 'maybe'"):

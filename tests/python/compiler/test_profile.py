@@ -21,7 +21,7 @@ def test_profile_times_every_instruction(tmp_path):
     adapt(w, x)  # compile outside the profile
     trace = tmp_path / "trace.json"
     result = mf.profile(adapt, w, x, trace_path=str(trace), quiet=True)
-    program = next(iter(adapt._programs.values()))
+    program = adapt.programs()[0]
     # Unfused: the generic programs; fused: the specialized ones, fewer.
     assert result.unfused_num_events == (program.forward_instructions +
                                          program.backward_instructions)

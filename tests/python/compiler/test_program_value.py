@@ -35,7 +35,7 @@ def test_inner_loop_program_round_trips_bit_for_bit(fusion):
     net, params, x, y, loss_fn = make_task()
     adapt = mf.compile_inner_loop(loss_fn, mf.sgd(0.01), steps=5)
     adapt(params, x, y)
-    for p in adapt._compiled():
+    for p in adapt.programs():
         p.set_fusion(fusion)
     value = adapt.program(params, x, y)
     assert (value.num_kernels > 0) == fusion

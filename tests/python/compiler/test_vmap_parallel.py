@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import metafuse as mf
-from metafuse._parallel_chunks import chunk_bounds
+from metafuse.vmap.parallel_chunks import chunk_bounds
 
 from test_vmap import assert_all_close, meta_gradient, regression_problem, regression_tasks
 

@@ -128,8 +128,8 @@ def test_the_batched_programs_fusion_check_waits_until_it_is_kept(monkeypatch, m
     # (fused against unfused, several calls) runs only once the strategy
     # keeps it, and never while a task loop is kept. The margin decides the
     # choice: a task loop must be `margin` times faster to win.
-    from metafuse import batching
-    monkeypatch.setattr(batching, "_TASKS_MARGIN", margin)
+    from metafuse.vmap import function
+    monkeypatch.setattr(function, "TASKS_MARGIN", margin)
     monkeypatch.setenv("METAFUSE_FUSION_CHECK", "1")
     monkeypatch.delenv(VARIABLE, raising=False)
     tasks = ConvTasks(cnn_pooled())

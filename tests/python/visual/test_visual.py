@@ -103,8 +103,8 @@ def test_make_program_dot_shows_fusion_groups_gemms_reuse_and_times():
     dot = torchopt.visual.make_program_dot(adapt, result)
     svg = svg_of(dot)
     assert "forward (" in svg and "backward (" in svg
-    report = next(iter(adapt._programs.values())).fusion_report()
-    program = next(iter(adapt._programs.values()))
+    report = adapt.programs()[0].fusion_report()
+    program = adapt.programs()[0]
     fused_instructions = sum(line.split(": ", 1)[1].startswith("fused_")
                              for listing in program.fused_listing()
                              for line in listing.splitlines())

@@ -9,7 +9,7 @@ import warnings
 from metafuse import aot
 from metafuse.cli import script as scripts
 from metafuse.cli.errors import CliError
-from metafuse.compiler import CompilationFallbackWarning
+from metafuse.compile.compiled import CompilationFallbackWarning
 
 
 def add_parser(subparsers):

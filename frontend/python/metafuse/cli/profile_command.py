@@ -4,7 +4,7 @@ the Chrome trace of the fused run with --trace."""
 
 from metafuse.cli import script as scripts
 from metafuse.cli.errors import CliError
-from metafuse.compiler import profile
+from metafuse.compile.profile import profile
 
 
 def add_parser(subparsers):

@@ -20,8 +20,8 @@ import traceback
 
 from metafuse.aot import JobData
 from metafuse.cli.errors import CliError
-from metafuse.compiler import CompiledFunction, CompiledInnerLoop
-from metafuse.compiler import compile as compile_function
+from metafuse.compile.compiled import kind_of
+from metafuse.compile.function import compile as compile_function
 
 RUN_NAME = "__metafuse_script__"
 DEFAULT_EXAMPLE = "example_args"
@@ -110,7 +110,7 @@ def load(spec, example_name=DEFAULT_EXAMPLE):
     function = namespace.get(name)
     if not callable(function):
         raise CliError(f"{script} defines no function {name!r}")
-    if not isinstance(function, (CompiledFunction, CompiledInnerLoop)):
+    if kind_of(function) not in ("function", "inner_loop"):
         function = compile_function(function)
     make_example = namespace.get(example_name)
     if not callable(make_example):
@@ -123,7 +123,7 @@ def load(spec, example_name=DEFAULT_EXAMPLE):
     if not isinstance(example, (tuple, JobData)):
         raise CliError(f"{example_name}() must return a tuple of arguments or a "
                        f"metafuse.aot.JobData, got {type(example).__name__}")
-    if isinstance(example, JobData) and not isinstance(function, CompiledFunction):
+    if isinstance(example, JobData) and kind_of(function) != "function":
         raise CliError(f"{name} must be a plain function or a metafuse.compile result to "
                        "make a job (a compile_inner_loop result is not a training step)")
     return LoadedScript(script, name, function, example)

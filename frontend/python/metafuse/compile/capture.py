@@ -84,7 +84,7 @@ def active():
     front): the code then builds the program rather than computing."""
     if torch._C._get_tracing_state() is not None:
         return True
-    return FRONT == "fx" and _proxy_tensor.get_proxy_mode() is not None
+    return FRONT == "fx" and _capturing[0] and _proxy_tensor.get_proxy_mode() is not None
 
 
 @contextlib.contextmanager

@@ -42,15 +42,15 @@ import torch
 import torch.distributed as dist
 
 from metafuse import tree as _tree
-from metafuse.batching import vmap
-from metafuse.compiler import CompiledFunction
+from metafuse.compile.compiled import kind_of, uncompiled
+from metafuse.vmap.function import vmap
 from metafuse.distributed import process_group, task_runner
 from metafuse.distributed.balance import Balancer
 from metafuse.distributed.config import default_timeout
 from metafuse.distributed.errors import RankError
 from metafuse.distributed.liveness import DEFAULT_SILENCE, Heartbeat, StepBarrier
-from metafuse.distributed.scheduler import (MetaBatchScheduler, _artifact_bytes,
-                                            _assemble_blocks, _skeleton)
+from metafuse.distributed.meta_batch import (MetaBatchScheduler, _artifact_bytes,
+                                             _assemble_blocks, _skeleton)
 
 __all__ = ["CollectiveScheduler"]
 
@@ -188,12 +188,11 @@ class CollectiveScheduler(MetaBatchScheduler):
         guard = self._guard(leaves, task_batch)
         if self._registered == guard:
             return
-        compiled = isinstance(self.task, CompiledFunction)
         if self.batched:
-            task = vmap(self.task.fn if compiled else self.task)
+            task = vmap(uncompiled(self.task))
         else:
             task = self.task
-            if compiled:  # its AOT program, loaded, as RPC's workers run it (no guard per call)
+            if kind_of(task) == "function":  # its AOT program, loaded, as RPC's workers run it (no guard per call)
                 try:
                     task = task_runner.load_artifact(
                         _artifact_bytes(self.task, params, *(b[0] for b in task_batch)))

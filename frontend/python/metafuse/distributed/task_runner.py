@@ -177,11 +177,11 @@ def _worker_name():
 def _import_function(module, name):
     """A task's Python function by name (a ``metafuse.compile`` result's
     own function)."""
-    from metafuse.compiler import CompiledFunction
+    from metafuse.compile.compiled import uncompiled
     found = importlib.import_module(module)
     for part in name.split("."):
         found = getattr(found, part)
-    return found.fn if isinstance(found, CompiledFunction) else found
+    return uncompiled(found)
 
 
 def register(key, kind, payload, param_skeleton, placement=None):
@@ -197,7 +197,7 @@ def register(key, kind, payload, param_skeleton, placement=None):
     # (A callable's placement names no artifact: it runs where it is moved.)
     device, function = _placed(placement)
     if function is not None:
-        from metafuse.compiler import compile as compile_task
+        from metafuse.compile.function import compile as compile_task
         task = compile_task(function)
     else:
         task = load_artifact(payload) if kind == "artifact" else payload
@@ -221,7 +221,7 @@ def register_batched(key, artifacts, param_skeleton, reset, placement=None):
     spec = _tree.structure(param_skeleton)
     device, function = _placed(placement)
     if function is not None:
-        from metafuse.batching import vmap
+        from metafuse.vmap.function import vmap
         loaded = {_ANY_SIZE: vmap(function)}
     else:
         loaded = {size: load_artifact(data) for size, data in artifacts.items()}

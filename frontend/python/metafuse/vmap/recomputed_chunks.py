@@ -13,7 +13,7 @@ with grad mode on, and takes that chunk's gradient at once, weighted by the
 chunk's share of the incoming gradient, before the next chunk runs. The
 price is each chunk's forward run twice.
 
-Gradients are merged as _parallel_chunks merges them: a mapped input's
+Gradients are merged as parallel_chunks merges them: a mapped input's
 pieces concatenated, a shared input's summed chunk 0 first. With
 randomness other than 'error' each chunk's random state is kept and
 restored for its second run, so both runs draw the same numbers. The node
@@ -23,7 +23,7 @@ is first-order: a backward with ``create_graph=True`` raises.
 import torch
 
 from metafuse import tree as _tree
-from metafuse._task_arguments import (ChunkGradients, apply_to_arguments, chunk_gradients,
+from metafuse.vmap.arguments import (ChunkGradients, apply_to_arguments, chunk_gradients,
                                       chunk_leaves, unflatten_arguments)
 
 __all__ = ["run_recomputed"]

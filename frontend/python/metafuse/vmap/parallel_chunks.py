@@ -28,7 +28,7 @@ import threading
 import torch
 
 from metafuse import tree as _tree
-from metafuse._task_arguments import (ChunkGradients, apply_to_arguments, chunk_gradients,
+from metafuse.vmap.arguments import (ChunkGradients, apply_to_arguments, chunk_gradients,
                                       chunk_leaves, unflatten_arguments)
 
 __all__ = ["chunk_bounds", "run_in_parallel"]

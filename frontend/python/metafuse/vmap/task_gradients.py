@@ -21,7 +21,7 @@ create_graph=True raises.
 import torch
 
 from metafuse import tree as _tree
-from metafuse._task_arguments import apply_to_arguments, unflatten_arguments
+from metafuse.vmap.arguments import apply_to_arguments, unflatten_arguments
 
 __all__ = ["NotOneScalar", "run_tasks_with_gradients"]
 

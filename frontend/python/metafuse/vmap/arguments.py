@@ -1,6 +1,6 @@
 """A meta-batch's arguments for the autograd Functions that run its tasks
-outside one batched program (_parallel_chunks, _recomputed_chunks,
-_task_gradients): the arguments flattened to leaves with each leaf's mapped
+outside one batched program (parallel_chunks, recomputed_chunks,
+task_gradients): the arguments flattened to leaves with each leaf's mapped
 dimension, and back; one chunk's leaves and gradients; the chunks'
 gradients merged."""
 
