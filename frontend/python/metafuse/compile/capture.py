@@ -282,17 +282,48 @@ def _value_reads():
     return ValueReads()
 
 
+def _light_meta(value, include_real=False):
+    if isinstance(value, torch.Tensor):
+        return _fx_graph.TensorMeta(value)
+    if isinstance(value, (list, tuple)):
+        return value.__class__(_light_meta(v) for v in value)
+    return value
+
+
+def _set_light_meta(proxy, value):
+    """make_fx's set_meta, keeping what fx_graph.py reads (TensorMeta)
+    instead of a fake-tensor snapshot per value: make_fx makes those with a
+    new FakeTensorMode each, half of a batched capture's time."""
+    proxy.node.meta["val"] = _light_meta(value)
+    return proxy
+
+
 @contextlib.contextmanager
 def _whole_composites():
     # (make_fx consults kernels registered from Python only for symbolic
     # or pre-dispatch tracing; the Python dispatcher makes it do so here)
     outer, _capturing[0] = _capturing[0], True
+    saved = _proxy_tensor.set_meta, _proxy_tensor.extract_val
+    _proxy_tensor.set_meta, _proxy_tensor.extract_val = _set_light_meta, _light_meta
     _inexact_reads.clear()
     try:
         with torch._dispatch.python.enable_python_dispatcher():
             yield
     finally:
         _capturing[0] = outer
+        _proxy_tensor.set_meta, _proxy_tensor.extract_val = saved
+
+
+def _make_fx_tracer():
+    """make_fx's tracer, made directly: ``make_fx()`` itself imports
+    torch._inductor (and with it Dynamo) for one configuration flag, 1.4 s
+    of a fresh process's first compile, four times the capture's own work.
+    Real tensors; an empty decomposition table (which keeps detach a
+    gradient cut); value reads allowed and checked here (_value_reads)."""
+    return _proxy_tensor._MakefxTracer(
+        {}, "real", _allow_non_fake_inputs=False, pre_dispatch=False,
+        record_module_stack=False, _allow_fake_constant=False,
+        _error_on_data_dependent_ops=False)
 
 
 def _trace_fx(fn, examples):
@@ -307,9 +338,7 @@ def _trace_fx(fn, examples):
     with warnings.catch_warnings(record=True) as caught, _whole_composites():
         warnings.simplefilter("always")
         try:
-            # (an empty decomposition table keeps detach a gradient cut)
-            gm = _proxy_tensor.make_fx(recorded, decomposition_table={}, tracing_mode="real",
-                                       _error_on_data_dependent_ops=False)(*examples)
+            gm = _make_fx_tracer().trace(recorded, *examples)
         except RuntimeError as exc:  # what the function does cannot be recorded
             return Capture(error=_first_line(exc), caught=caught)
     if _inexact_reads:

@@ -26,7 +26,7 @@ import operator
 
 import torch
 
-__all__ = ["Unconvertible", "to_graph"]
+__all__ = ["TensorMeta", "Unconvertible", "to_graph"]
 
 _aten = torch.ops.aten
 
@@ -71,6 +71,32 @@ _EQUIVALENT = {
 
 _MEMORY_FORMATS = {torch.contiguous_format: 0, torch.preserve_format: 1,
                    torch.channels_last: 2, torch.channels_last_3d: 3}
+
+
+class TensorMeta:
+    """What the IR's types need of a traced tensor value (capture.py records
+    it as each FX node's ``meta["val"]``): sizes, strides, dtype, device and
+    requires_grad, without keeping the tensor."""
+
+    __slots__ = ("shape", "_stride", "dtype", "device", "requires_grad")
+
+    def __init__(self, tensor):
+        self.shape, self._stride = tuple(tensor.shape), tuple(tensor.stride())
+        self.dtype, self.device = tensor.dtype, tensor.device
+        self.requires_grad = tensor.requires_grad
+
+    def stride(self):
+        return self._stride
+
+    def is_floating_point(self):
+        return self.dtype.is_floating_point
+
+    def is_complex(self):
+        return self.dtype.is_complex
+
+
+def _is_tensor_value(value):
+    return isinstance(value, (TensorMeta, torch.Tensor))
 
 
 def _tensor_type(value):
@@ -224,7 +250,7 @@ class _Builder:
         elif returns == 1:
             vals = [vals]
         for out, ret, val in zip(outs, schema.returns, vals):
-            out.setType(_tensor_type(val) if isinstance(val, torch.Tensor) else ret.type)
+            out.setType(_tensor_type(val) if _is_tensor_value(val) else ret.type)
         if first_only or returns > 1:
             self.values[node] = outs  # read through operator.getitem
         elif returns == 1:
