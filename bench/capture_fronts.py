@@ -12,7 +12,7 @@ meta-step cold, first task cold and warm) and the conv cell's times, and
 the ratio fx / torchscript (below 1: fx is faster).
 
     .venv/bin/python bench/capture_fronts.py [--rounds 3] [--iterations 60]
-        [--conv] [--json FILE]
+        [--conv] [--no-main] [--json FILE]
 """
 
 import argparse
@@ -69,15 +69,18 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--conv", action="store_true", help="also the sweep's conv cell")
+    parser.add_argument("--no-main", action="store_true", help="leave out the main job")
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.rounds < 1 or args.iterations < 2:
         parser.error("--rounds must be >= 1 and --iterations >= 2")
+    if args.no_main and not args.conv:
+        parser.error("--no-main needs --conv (nothing would run)")
     runs = {front: [] for front in FRONTS}
     for r in range(args.rounds):
         order = FRONTS if r % 2 == 0 else FRONTS[::-1]
         for front in order:
-            measured = run_main_job(front, args.iterations)
+            measured = {} if args.no_main else run_main_job(front, args.iterations)
             if args.conv:
                 measured.update(run_conv(front))
             runs[front].append(measured)
