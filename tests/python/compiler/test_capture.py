@@ -119,3 +119,24 @@ def test_composites_dispatch_as_before_outside_a_capture():
     gm = make_fx(lambda w, x: torch.nn.functional.linear(x, w))(w, x)
     targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
     assert "aten.linear.default" not in targets and "aten.t.default" in targets, targets
+
+
+@needs_fx
+def test_a_first_capture_imports_neither_dynamo_nor_inductor():
+    # make_fx's proxy mode imports torch._inductor, and torch wraps a dispatch
+    # mode in a Dynamo guard that imports Dynamo on its first dispatch: 0.7 s
+    # of a fresh process's first compile that the recorder does without
+    import subprocess
+    import sys
+
+    from package_under_test import PACKAGE_DIR
+    code = ("import sys, torch, metafuse as mf\n"
+            "f = mf.compile(lambda w, x: torch.softmax(x @ w, 1).sum())\n"
+            "f(torch.randn(3, 3, requires_grad=True), torch.randn(4, 3))\n"
+            "assert f.programs(), 'the function did not compile'\n"
+            "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))\n")
+    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout

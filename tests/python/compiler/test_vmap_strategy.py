@@ -75,8 +75,12 @@ def test_forced_parallel_tasks_agree_with_the_per_task_loop(monkeypatch, threads
     # The same bits on the next call.
     again = tasks.losses()
     assert torch.equal(again, losses)
+    # Under no_grad the chunks run the forward-only program, another program
+    # with its own timed fusion check (fused or generic, whichever measured
+    # faster under this run's load), which may round differently (seen in
+    # CI: 4.4e-16 apart): close, not equal.
     with torch.no_grad():
-        torch.testing.assert_close(tasks.losses(), losses.detach(), rtol=0, atol=0)
+        torch.testing.assert_close(tasks.losses(), losses.detach(), rtol=1e-13, atol=0)
 
 
 @pytest.mark.parametrize("strategy", ["batched", "tasks", "calls"])

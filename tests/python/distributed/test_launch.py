@@ -67,11 +67,14 @@ def _env():
 
 def test_world_size_mismatch_is_a_clear_error_not_a_hang():
     # rank 0 expects 3 processes, only 2 come: both end with a message.
+    # (10 s: long enough that rank 1, whose imports take seconds on a loaded
+    # machine, reaches the rendezvous before rank 0, the store's server,
+    # gives up; with 2 s it sometimes met a closed store instead)
     port = str(todist.config.free_port())
     code = ("import metafuse.distributed as d; d.world.init_rpc_from_environment()")
     procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
                               env=dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
-                                       RANK=str(r), WORLD_SIZE="3", METAFUSE_RPC_TIMEOUT="2"))
+                                       RANK=str(r), WORLD_SIZE="3", METAFUSE_RPC_TIMEOUT="10"))
              for r in range(2)]
     try:
         errors = [p.communicate(timeout=90)[1] for p in procs]

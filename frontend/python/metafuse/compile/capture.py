@@ -3,16 +3,20 @@ as the compiler's IR (a graph of ``aten::`` operators).
 
 Two fronts, chosen here and nowhere else:
 
-- ``fx`` (torch 2.x, the default there): ``make_fx`` in real-tensor mode
-  records the ATen operators the function runs, below autograd and below
-  functorch's vmap (so a batched function is recorded with its physical,
-  batched operators), and fx_graph.py converts the FX graph. make_fx rather
-  than torch.export: export traces with fake tensors and symbolic shapes,
-  which every metafuse operator (the gradient marker, the fused optimizer
-  updates) would need a fake kernel for, and it owns guards that metafuse
-  already keeps per call signature; its pre-dispatch IR records vmap as
-  calls to functorch rather than as batched operators. make_fx with real
-  tensors runs the function as written and keeps metafuse's guards.
+- ``fx`` (torch 2.x, the default there): the function runs on the real
+  example tensors under recorder.py's dispatch mode, which writes the ATen
+  operators it dispatches, below autograd and below functorch's vmap (so a
+  batched function is recorded with its physical, batched operators), into
+  a torch.fx graph; fx_graph.py converts that graph. This is make_fx's
+  real-tensor mode without make_fx itself, whose proxy machinery a capture
+  does not need and which cost: make_fx imports torch._inductor, snapshots
+  every value as a fake tensor made by a new FakeTensorMode, and would have
+  to be patched through its private internals to keep the values light.
+  Not torch.export: it traces with fake tensors and symbolic shapes, which
+  every metafuse operator (the gradient marker, the fused optimizer
+  updates) would need a fake kernel for, it owns guards that metafuse
+  already keeps per call signature, and its pre-dispatch IR records vmap
+  as calls to functorch rather than as batched operators.
 - ``torchscript`` (torch 1.13, whose make_fx cannot record this): the
   TorchScript tracer, as before torch 2.x deprecated it.
 
@@ -22,9 +26,9 @@ What both fronts guarantee the compile front: a graph whose inputs are the
 example tensors in order, ``metafuse.grad`` recorded as one
 ``metafuse::grad`` node (differentiated symbolically by the compiler), and a
 reason instead of a graph where the function cannot be recorded exactly:
-data-dependent control flow (make_fx refuses to read a traced tensor's
-value; the TorchScript tracer warns, and a warning from user code is
-reported), or an operator the IR has no form for.
+data-dependent control flow (a read of a value computed from the inputs;
+the TorchScript tracer warns, and a warning from user code is reported),
+or an operator the IR has no form for.
 """
 
 import contextlib
@@ -63,8 +67,8 @@ FRONT = choose_front()
 
 if FRONT == "fx":
     import torch._dispatch.python  # noqa: F401  (the Python dispatcher)
-    from torch.fx.experimental import proxy_tensor as _proxy_tensor
     from metafuse.compile import fx_graph as _fx_graph
+    from metafuse.compile.recorder import Recorder
 
 
 class Capture:
@@ -84,13 +88,13 @@ def active():
     front): the code then builds the program rather than computing."""
     if torch._C._get_tracing_state() is not None:
         return True
-    return FRONT == "fx" and _capturing[0] and _proxy_tensor.get_proxy_mode() is not None
+    return _recording[0] is not None
 
 
 @contextlib.contextmanager
 def untraced():
     """Python values read inside are constants of the capture, not recorded
-    (the TorchScript tracer records size reads; make_fx never does)."""
+    (the TorchScript tracer records size reads; the fx front never does)."""
     if FRONT == "fx":
         yield
         return
@@ -102,54 +106,31 @@ def untraced():
 def batched_sizes():
     """The context a capture of functorch-batched code runs in: the
     TorchScript tracer cannot record size reads of a BatchedTensor, so they
-    are read untraced there; make_fx needs nothing."""
+    are read untraced there; the fx front needs nothing."""
     if FRONT == "fx":
         return contextlib.nullcontext()
     from metafuse import _batched_tensors
     return _batched_tensors.untraced_sizes()
 
 
-def _proxy_of(tensor, tracer):
-    """The FX proxy of a tensor the capture tracks; a tensor it does not
-    (a constant the function closes over) becomes a constant of the graph."""
-    slot = _proxy_tensor.get_proxy_slot(tensor, tracer, None)
-    if slot is not None:
-        return slot.proxy
-    return torch.fx.Proxy(tracer.create_arg(tensor), tracer)
-
-
-def _record(op, compute, args, kwargs):
-    """Runs ``compute(*args, **kwargs)`` eagerly, unrecorded (autograd still
-    records it: a later metafuse.grad needs its graph), and records it as
-    one ``op`` node whose outputs are the results."""
-    tracer = _proxy_tensor.get_proxy_mode().tracer
-    proxy_args, proxy_kwargs = torch.utils._pytree.tree_map_only(
-        torch.Tensor, lambda t: _proxy_of(t, tracer), (args, kwargs))
-    # (without the Python dispatcher: a C++ kernel that runs the autograd
-    # engine, as metafuse::grad does, must not be entered holding the GIL)
-    with _proxy_tensor.disable_proxy_modes_tracing(), torch._C._DisablePythonDispatcher():
-        result = compute(*args, **kwargs)
-    node = tracer.create_proxy("call_function", op, proxy_args, proxy_kwargs)
-    return _proxy_tensor.track_tensor_tree(result, node, constant=None, tracer=tracer)
-
-
 def grad_op(output, leaves):
     """metafuse's gradient operator on plain tensors: recorded as one
     ``metafuse::grad`` node while capturing, evaluated eagerly otherwise
     (its eager values are what the rest of the capture computes with)."""
-    mode = _proxy_tensor.get_proxy_mode() if FRONT == "fx" else None
-    if mode is None:
+    recorder = _recording[0]
+    if recorder is None:
         return list(torch.ops.metafuse.grad(output, list(leaves)))
-    return _record(torch.ops.metafuse.grad.default,
-                   lambda o, ls: list(torch.ops.metafuse.grad(o, ls)), (output, list(leaves)), {})
+    return recorder.record(torch.ops.metafuse.grad.default,
+                           lambda o, ls: list(torch.ops.metafuse.grad(o, ls)),
+                           (output, list(leaves)), {})
 
 
 # Composite operators (PyTorch implements them with others, above autograd)
-# that the compiler takes whole: make_fx records below autograd, where they
+# that the compiler takes whole: the recording is below autograd, where they
 # have become their parts (linear: t and addmm; softmax: _softmax; pad:
 # reflection_pad2d...), some of which the compiler has no rule for. While
 # metafuse captures, each is recorded as one node instead (a kernel for the
-# autograd keys, which make_fx's Python dispatcher consults); otherwise
+# autograd keys, which PyTorch's Python dispatcher consults); otherwise
 # they dispatch as before. Under vmap, functorch's batching rules run
 # first, so a batched function is recorded with what they emit, as with
 # the TorchScript tracer.
@@ -167,7 +148,7 @@ _WHOLE_COMPOSITES = (
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
     "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
 )
-_capturing = [False]  # inside trace(): the kernels below record
+_recording = [None]  # the Recorder of the fx capture under way
 
 
 def _keep_whole(op):
@@ -179,9 +160,12 @@ def _keep_whole(op):
             return op._op_dk(before, *args, **kwargs)
 
     def kernel(*args, **kwargs):
-        if not _capturing[0] or _proxy_tensor.get_proxy_mode() is None:
+        recorder = _recording[0]
+        if recorder is None:
             return previous(*args, **kwargs)
-        return _record(op, previous, args, kwargs)
+        # (computed by the C++ dispatcher, as eager PyTorch computes it; the
+        # Python decompositions some composites have import sympy)
+        return recorder.record(op, op, args, kwargs)
 
     for autograd_key in (key.AutogradCPU, key.AutogradCUDA):
         if autograd_key not in op.py_kernels:
@@ -209,21 +193,9 @@ def computed_from_inputs(tensor):
     function's inputs, so that reading its value would bake this call's
     value into the program (the TorchScript front's optimizer checks this in
     C++, frontend/optim/basic_transforms.cc)."""
-    mode = _proxy_tensor.get_proxy_mode() if FRONT == "fx" else None
-    if mode is None or not isinstance(tensor, torch.Tensor):
-        return False
-    slot = _proxy_tensor.get_proxy_slot(tensor, mode.tracer, None)
-    if slot is None:
-        return False
-    pending, seen = [slot.proxy.node], set()
-    while pending:
-        node = pending.pop()
-        if node.op == "placeholder":
-            return True
-        if node not in seen:
-            seen.add(node)
-            pending.extend(node.all_input_nodes)
-    return False
+    recorder = _recording[0]
+    return (recorder is not None and isinstance(tensor, torch.Tensor)
+            and recorder.computed_from_inputs(tensor))
 
 
 def _first_line(exc):
@@ -235,28 +207,29 @@ def _first_line(exc):
 _MACHINERY = tuple(os.path.join(os.path.dirname(torch.__file__), part)
                    for part in ("_ops.py", "fx" + os.sep, "utils" + os.sep, "_dispatch" + os.sep,
                                 "_compile.py", "_dynamo" + os.sep))
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep  # the compile front's files
 _inexact_reads = []  # during trace(): why the capture is not exact, the first first
 
 
 def _reader_frame():
-    """The innermost frame outside the dispatch machinery and this module:
+    """The innermost frame outside the dispatch machinery and the compile front:
     the code that asked for a tensor's value."""
     import traceback
     for frame in reversed(traceback.extract_stack()):
-        if frame.filename == __file__ or frame.filename.startswith(_MACHINERY):
+        if frame.filename.startswith(_HERE) or frame.filename.startswith(_MACHINERY):
             continue
         return frame
     return None
 
 
-def _note_value_read(tensor, tracer):
+def _note_value_read(recorder, tensor):
     """A tensor's value read into Python while capturing: inexact where the
     tensor is computed from the function's inputs (data-dependent control
     flow, ``.item()``: the program would bake in this call's value) and the
     reader is not torch itself (argument checks, such as a distribution's
     validation, which only raise), as with the TorchScript tracer, whose
     warnings from inside torch are ignored too."""
-    if _inexact_reads or not computed_from_inputs(tensor):
+    if _inexact_reads or not recorder.computed_from_inputs(tensor):
         return
     frame = _reader_frame()
     if frame is None or _inside_torch(frame.filename):
@@ -266,85 +239,37 @@ def _note_value_read(tensor, tracer):
                           f"{frame.line})")
 
 
-def _value_reads():
-    """A dispatch mode, entered inside the function being recorded (so it
-    sees each operator before make_fx's), that notes every read of a
-    tensor's value into Python."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-    read = torch.ops.aten._local_scalar_dense.default
-
-    class ValueReads(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func is read:
-                _note_value_read(args[0], _proxy_tensor.get_proxy_mode().tracer)
-            return func(*args, **(kwargs or {}))
-
-    return ValueReads()
-
-
-def _light_meta(value, include_real=False):
-    if isinstance(value, torch.Tensor):
-        return _fx_graph.TensorMeta(value)
-    if isinstance(value, (list, tuple)):
-        return value.__class__(_light_meta(v) for v in value)
-    return value
-
-
-def _set_light_meta(proxy, value):
-    """make_fx's set_meta, keeping what fx_graph.py reads (TensorMeta)
-    instead of a fake-tensor snapshot per value: make_fx makes those with a
-    new FakeTensorMode each, half of a batched capture's time."""
-    proxy.node.meta["val"] = _light_meta(value)
-    return proxy
-
-
 @contextlib.contextmanager
-def _whole_composites():
-    # (make_fx consults kernels registered from Python only for symbolic
-    # or pre-dispatch tracing; the Python dispatcher makes it do so here)
-    outer, _capturing[0] = _capturing[0], True
-    saved = _proxy_tensor.set_meta, _proxy_tensor.extract_val
-    _proxy_tensor.set_meta, _proxy_tensor.extract_val = _set_light_meta, _light_meta
+def _recording_with(recorder):
+    """The fx capture's state: the recorder that grad_op, the composite
+    kernels and active() see, PyTorch's Python dispatcher (through which
+    the composite kernels are consulted), the value reads cleared."""
+    outer, _recording[0] = _recording[0], recorder
     _inexact_reads.clear()
     try:
-        with torch._dispatch.python.enable_python_dispatcher():
+        with torch._dispatch.python.enable_python_dispatcher(), recorder:
             yield
     finally:
-        _capturing[0] = outer
-        _proxy_tensor.set_meta, _proxy_tensor.extract_val = saved
-
-
-def _make_fx_tracer():
-    """make_fx's tracer, made directly: ``make_fx()`` itself imports
-    torch._inductor (and with it Dynamo) for one configuration flag, 1.4 s
-    of a fresh process's first compile, four times the capture's own work.
-    Real tensors; an empty decomposition table (which keeps detach a
-    gradient cut); value reads allowed and checked here (_value_reads)."""
-    return _proxy_tensor._MakefxTracer(
-        {}, "real", _allow_non_fake_inputs=False, pre_dispatch=False,
-        record_module_stack=False, _allow_fake_constant=False,
-        _error_on_data_dependent_ops=False)
+        _recording[0] = outer
 
 
 def _trace_fx(fn, examples):
-    returned = []
-
-    def recorded(*args):
-        with _value_reads():
-            result = fn(*args)
-        returned.append(isinstance(result, tuple))
-        return result
-
-    with warnings.catch_warnings(record=True) as caught, _whole_composites():
+    recorder = Recorder(on_read=_note_value_read)
+    for example in examples:
+        recorder.add_input(example)
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            gm = _make_fx_tracer().trace(recorded, *examples)
+            with _recording_with(recorder):
+                result = fn(*examples)
+                recorder.output(result)
         except RuntimeError as exc:  # what the function does cannot be recorded
             return Capture(error=_first_line(exc), caught=caught)
     if _inexact_reads:
         return Capture(inexact=_inexact_reads[0], caught=caught)
     try:
-        graph = _fx_graph.to_graph(gm, returns_tuple=returned[0])
+        graph = _fx_graph.to_graph(recorder.graph, recorder.constants,
+                                   returns_tuple=isinstance(result, tuple))
     except _fx_graph.Unconvertible as exc:
         return Capture(error=f"op {exc} has no form in the compiler's IR", caught=caught)
     return Capture(graph=graph, caught=caught)

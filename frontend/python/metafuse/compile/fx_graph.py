@@ -2,7 +2,7 @@
 
 The compiler's IR is a TorchScript ``torch._C.Graph`` of ``aten::`` nodes
 (docs/architecture.md, "Capture"): every pass after capture reads it. On
-torch 2.x a step function is captured by ``make_fx`` (capture.py) into an
+torch 2.x a step function is recorded (capture.py, recorder.py) into an
 ATen-level FX graph, and this module builds that IR from it, node by node,
 the way TorchScript's tracer would have: Python numbers in tensor arguments
 become 0-dimensional tensor constants (the tracer's wrapped numbers), lists
@@ -10,7 +10,7 @@ become ``prim::ListConstruct`` of constants, every tensor value carries its
 complete type (sizes, dtype, device), and a function returning a tuple
 returns one ``prim::TupleConstruct``.
 
-make_fx records operators below autograd, after PyTorch's composite
+The recording (recorder.py) is below autograd, after PyTorch's composite
 decompositions, so a few operators arrive in forms the compiler names
 otherwise; ``_SAME_AS`` and ``_FIRST_OUTPUT_AS`` name them back (an alias is
 the value itself; nll_loss_forward's loss is nll_loss). An operator with no
@@ -102,8 +102,8 @@ def _is_tensor_value(value):
 def _tensor_type(value):
     """The complete TorchScript type of a tensor value (sizes, strides,
     dtype, device, requires_grad), as the tracer records it; made from a
-    storage-less tensor of that layout (``value`` may be make_fx's fake
-    snapshot)."""
+    storage-less tensor of that layout (``value``: a TensorMeta or a
+    tensor)."""
     like = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
     if value.requires_grad and (value.is_floating_point() or value.is_complex()):
         like.requires_grad_(True)
@@ -113,8 +113,8 @@ def _tensor_type(value):
 class _Builder:
     """Builds one torch._C.Graph from one FX graph."""
 
-    def __init__(self, gm):
-        self.gm = gm
+    def __init__(self, constants):
+        self.constants = constants
         self.graph = torch._C.Graph()
         self.values = {}   # FX node -> jit Value, or list of jit Values (multi-output)
         self.lists = {}    # FX node -> the prim::ListUnpack outputs of its list
@@ -184,7 +184,7 @@ class _Builder:
         self.values[node] = v
 
     def get_attr(self, node):
-        self.values[node] = self.constant(getattr(self.gm, node.target))
+        self.values[node] = self.constant(self.constants[node.target])
 
     def getitem(self, node):
         source, index = node.args
@@ -274,7 +274,7 @@ def _is_number(value):
 
 def _scalar_overload(op, args):
     """The overload taking Scalars where ``args`` has Python numbers in
-    Tensor arguments (make_fx writes ``mul.Tensor(x, 0.5)`` for a wrapped
+    Tensor arguments (the recording has ``mul.Tensor(x, 0.5)`` for a wrapped
     number): ``mul.Scalar``, whose type promotion is the wrapped number's
     (a float32 tensor times 0.5 stays float32). ``op`` itself where there
     is none; the number then becomes a 0-dim tensor constant."""
@@ -304,20 +304,23 @@ def _dtype_number(dtype):
     return graph.insertConstant(dtype).toIValue()
 
 
-def to_graph(gm, returns_tuple):
-    """The compiler's IR of ``gm``, an FX GraphModule traced by make_fx.
+def to_graph(graph, constants, returns_tuple):
+    """The compiler's IR of ``graph``, an FX graph of ATen operators
+    (recorder.py's).
 
     Args:
-        gm: the GraphModule; only nodes the outputs depend on are converted.
+        graph: the torch.fx.Graph; only nodes the outputs depend on (and
+            in-place operators) are converted.
+        constants: the tensors its ``get_attr`` nodes name.
         returns_tuple: the function returned a tuple of tensors (the graph
             then returns one prim::TupleConstruct, as a traced function
             returning a tuple does); otherwise one tensor.
 
     Raises:
         Unconvertible: a node has no form in the IR (the message names it)."""
-    gm.graph.eliminate_dead_code()
-    builder = _Builder(gm)
-    for node in gm.graph.nodes:
+    graph.eliminate_dead_code()
+    builder = _Builder(constants)
+    for node in graph.nodes:
         if node.op == "placeholder":
             builder.placeholder(node)
         elif node.op == "get_attr":
