@@ -135,7 +135,8 @@ def grad_op(output, leaves):
 # first, so a batched function is recorded with what they emit, as with
 # the TorchScript tracer.
 _WHOLE_COMPOSITES = (
-    "adaptive_avg_pool2d", "batch_norm", "conv1d", "conv2d", "conv_transpose2d",
+    "adaptive_avg_pool2d", "batch_norm", "broadcast_tensors", "conv1d", "conv2d",
+    "conv_transpose2d",
     "cross_entropy_loss", "einsum", "expand_as", "flatten", "frobenius_norm",
     "group_norm", "instance_norm", "kl_div", "l1_loss", "layer_norm", "linear",
     "log_sigmoid", "log_softmax", "matmul", "max_pool2d", "movedim", "nll_loss",
