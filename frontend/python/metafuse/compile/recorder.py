@@ -72,9 +72,6 @@ class Recorder(TorchDispatchMode):
             self._nodes[tensor] = node
         return node
 
-    def tracks(self, tensor):
-        return tensor in self._nodes
-
     def computed_from_inputs(self, tensor):
         """Whether ``tensor`` is computed (through recorded operators) from
         a placeholder."""
