@@ -1,4 +1,4 @@
-// runtime/convolution (GEMMs of packed patches) against ATen's conv2d and
+// runtime/compute/convolution (GEMMs of packed patches) against ATen's conv2d and
 // conv_transpose2d on the shapes of the Omniglot conv-net MAML meta-step
 // (bench/sweep.py's conv model: 75 query / 5 support images, 64 channels;
 // its ResNet block's 16 channels) and of its derivatives, with the Winograd
@@ -6,7 +6,7 @@
 // tensors every call (as a program gives them), median of 7 after one
 // warm-up call. The last column is what METAFUSE_CONV_ALGORITHM=rules
 // picks; programs by default measure the candidates on the machine
-// (runtime/convolution.h, FastestConv2d), so this table shows the times
+// (runtime/compute/convolution.h, FastestConv2d), so this table shows the times
 // they choose from.
 //   bazel run //bench:conv_bench
 #include <ATen/Parallel.h>
@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/convolution.h"
-#include "runtime/direct_convolution.h"
-#include "runtime/winograd_convolution.h"
+#include "runtime/compute/convolution.h"
+#include "runtime/compute/direct_convolution.h"
+#include "runtime/compute/winograd_convolution.h"
 
 namespace {
 
@@ -112,7 +112,7 @@ int main() {
                                             s.groups);
     });
     // Winograd: the convolution, or for an input gradient the convolution
-    // of the flipped kernel (runtime/convolution.cc's InputGradient).
+    // of the flipped kernel (runtime/compute/convolution.cc's InputGradient).
     using metafuse::runtime::WinogradTile;
     const at::Tensor as_conv = s.transposed ? weight.transpose(0, 1).flip({2, 3}) : weight;
     const std::vector<int64_t> conv_pad = s.transposed
@@ -172,7 +172,7 @@ int main() {
     }
   }
 
-  // Few-input-channel layers (runtime/direct_convolution): the direct
+  // Few-input-channel layers (runtime/compute/direct_convolution): the direct
   // kernels against what programs ran before, the GEMM of packed patches
   // for the forward and convolution_backward for the weight gradient.
   struct FirstLayer {

@@ -1,5 +1,5 @@
 """One grouped convolution against its groups one after another (forward and
-convolution_backward), the measurement behind compiler/split_grouped_convolutions:
+convolution_backward), the measurement behind compiler/fusion/split_grouped_convolutions:
 the shapes of one Omniglot MAML layer batched over 4 tasks by metafuse.vmap.
 Alternating, median of 5 after a warm-up.
 

@@ -1,4 +1,4 @@
-// A fused JIT kernel (compiler/codegen/llvm_printer + runtime/jit_kernel) against the same computation as
+// A fused JIT kernel (compiler/codegen/llvm_printer + runtime/jit/jit_kernel) against the same computation as
 // separate ATen ops, in one run: an Adam-like update of 4M float32 elements
 //   m' = b1 m + (1 - b1) g
 //   v' = b2 v + (1 - b2) g g
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "compiler/codegen/llvm_printer.h"
-#include "runtime/jit_kernel.h"
-#include "runtime/kernel_cache.h"
+#include "runtime/jit/jit_kernel.h"
+#include "runtime/base/kernel_cache.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// runtime/max_pool (plane by plane) against ATen's max_pool2d_with_indices
+// runtime/compute/max_pool (plane by plane) against ATen's max_pool2d_with_indices
 // on the Omniglot net's pooling shapes, float32, 1 thread: the median of
 // alternating timed calls, outputs allocated by each call (as in a
 // program), and the same with the page faults of fresh outputs excluded
@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "runtime/max_pool.h"
+#include "runtime/compute/max_pool.h"
 
 namespace {
 template <typename F>

@@ -1,7 +1,7 @@
-// runtime/small_gemm against the Fortran BLAS LibTorch links (Debian: OpenBLAS
+// runtime/compute/small_gemm against the Fortran BLAS LibTorch links (Debian: OpenBLAS
 // through libblas.so.3), float32, every layout, best of 5 timed loops each.
 //   bazel run //bench:small_gemm_bench
-#include "runtime/small_gemm.h"
+#include "runtime/compute/small_gemm.h"
 
 #include <chrono>
 #include <cstdio>

@@ -1,5 +1,6 @@
 #include "compiler/pipeline.h"
-#include "compiler/ir_helpers.h"
+#include "compiler/ir/ir_helpers.h"
+#include "compiler/pass_failure.h"
 
 #include <chrono>
 
@@ -9,29 +10,29 @@
 #include <torch/csrc/jit/passes/lower_tuples.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
 
-#include "compiler/autodiff.h"
-#include "compiler/decompose.h"
-#include "compiler/eliminate_optimizer_backward.h"
-#include "compiler/fuse_elementwise.h"
-#include "compiler/fuse_horizontal.h"
-#include "compiler/grad_marker.h"
-#include "compiler/lower_broadcast.h"
-#include "compiler/lower_fusion_group.h"
-#include "compiler/lower_matmul.h"
-#include "compiler/merge_fusion_groups.h"
-#include "compiler/broadcast_expanded_operands.h"
-#include "compiler/cancel_transposes.h"
-#include "compiler/scatter_into_zeros.h"
-#include "compiler/fuse_pool_epilogue.h"
-#include "compiler/rank_one_products.h"
-#include "compiler/split_grouped_convolutions.h"
-#include "compiler/lower_optimizer_ops.h"
-#include "compiler/lower_to_program.h"
-#include "compiler/plan_buffers.h"
-#include "compiler/rematerialize.h"
-#include "compiler/specialize_shapes.h"
-#include "compiler/split_chunks.h"
-#include "runtime/fused_kernel_launch.h"
+#include "compiler/autodiff/autodiff.h"
+#include "compiler/decompose/decompose.h"
+#include "compiler/autodiff/eliminate_optimizer_backward.h"
+#include "compiler/fusion/fuse_elementwise.h"
+#include "compiler/fusion/fuse_horizontal.h"
+#include "compiler/autodiff/grad_marker.h"
+#include "compiler/decompose/lower_broadcast.h"
+#include "compiler/lowering/lower_fusion_group.h"
+#include "compiler/lowering/lower_matmul.h"
+#include "compiler/fusion/merge_fusion_groups.h"
+#include "compiler/fusion/broadcast_expanded_operands.h"
+#include "compiler/fusion/cancel_transposes.h"
+#include "compiler/fusion/scatter_into_zeros.h"
+#include "compiler/fusion/fuse_pool_epilogue.h"
+#include "compiler/fusion/rank_one_products.h"
+#include "compiler/fusion/split_grouped_convolutions.h"
+#include "compiler/decompose/lower_optimizer_ops.h"
+#include "compiler/lowering/lower_to_program.h"
+#include "compiler/lowering/plan_buffers.h"
+#include "compiler/specialize/rematerialize.h"
+#include "compiler/specialize/specialize_shapes.h"
+#include "compiler/decompose/split_chunks.h"
+#include "runtime/executor/fused_kernel_launch.h"
 
 namespace metafuse::compiler {
 namespace {
@@ -43,31 +44,125 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// What a pass of a table below reads and writes besides the graph.
+struct PassContext {
+  StageLog* log = nullptr;                  // prepare
+  const runtime::Options* options = nullptr;  // fuse and lower
+  SpecializationReport* report = nullptr;     // fuse and lower
+};
+
+// One `Graph -> Graph` pass of a table the driver runs in order. Its name
+// and file are what PipelineStages() lists and docs/pipeline.dot draws.
+struct GraphPass {
+  const char* name;
+  const char* file;
+  void (*run)(std::shared_ptr<Graph>& graph, PassContext& context);
+};
+
 // prepare: what every captured graph goes through before differentiation.
-void Prepare(const std::shared_ptr<Graph>& graph, StageLog* log) {
-  torch::jit::Inline(*graph);
-  torch::jit::LowerAllTuples(graph);  // a tuple of results -> one output each
-  SplitChunksIntoCrops(graph);  // copies, not views: their in-place ops can go
-  torch::jit::RemoveTensorMutation(graph);
-  if (log) log->Record("captured", *graph);
-  LowerOptimizerOps(graph);
-  LowerBroadcastTensors(graph);
-  std::string names;
-  for (const auto& name : DecomposeToPrimitives(graph)) {
-    // Gradient markers are expanded below, once everything they
-    // differentiate is in the primitive set.
-    if (name == "metafuse::grad") continue;
-    names += (names.empty() ? "" : ", ") + name;
-  }
-  if (!names.empty()) throw UnsupportedOp(names);
-  EliminateOptimizerBackwardStage(graph, log);  // before any differentiation
-  ExpandGradMarkers(graph);
-  CleanUp(graph);
-  if (log) log->Record("decomposed", *graph);
+const std::vector<GraphPass>& PreparePasses() {
+  static const std::vector<GraphPass> passes = {
+      {"inline", "torch/csrc/jit/passes/inliner.h",
+       [](std::shared_ptr<Graph>& g, PassContext&) { torch::jit::Inline(*g); }},
+      {"lower tuples", "torch/csrc/jit/passes/lower_tuples.h",  // one output per result
+       [](std::shared_ptr<Graph>& g, PassContext&) { torch::jit::LowerAllTuples(g); }},
+      {"split chunks", "compiler/decompose/split_chunks.cc",  // copies: in-place ops can go
+       [](std::shared_ptr<Graph>& g, PassContext&) { SplitChunksIntoCrops(g); }},
+      {"remove mutation", "torch/csrc/jit/passes/remove_mutation.h",
+       [](std::shared_ptr<Graph>& g, PassContext& c) {
+         torch::jit::RemoveTensorMutation(g);
+         if (c.log) c.log->Record("captured", *g);
+       }},
+      {"lower optimizer ops", "compiler/decompose/lower_optimizer_ops.cc",
+       [](std::shared_ptr<Graph>& g, PassContext&) { LowerOptimizerOps(g); }},
+      {"lower broadcast", "compiler/decompose/lower_broadcast.cc",
+       [](std::shared_ptr<Graph>& g, PassContext&) { LowerBroadcastTensors(g); }},
+      {"decompose", "compiler/decompose/decompose.cc",
+       [](std::shared_ptr<Graph>& g, PassContext&) {
+         std::string names;
+         for (const auto& name : DecomposeToPrimitives(g)) {
+           // Gradient markers are expanded below, once everything they
+           // differentiate is in the primitive set.
+           if (name == "metafuse::grad") continue;
+           names += (names.empty() ? "" : ", ") + name;
+         }
+         if (!names.empty()) throw UnsupportedOp(names);
+       }},
+      {"eliminate optimizer backward", "compiler/autodiff/eliminate_optimizer_backward.cc",
+       [](std::shared_ptr<Graph>& g, PassContext& c) {  // before any differentiation
+         EliminateOptimizerBackwardStage(g, c.log);
+       }},
+      {"expand grad markers", "compiler/autodiff/grad_marker.cc",
+       [](std::shared_ptr<Graph>& g, PassContext&) { ExpandGradMarkers(g); }},
+      {"clean up", "compiler/autodiff/inner_loop.cc",  // CSE, DCE, constants
+       [](std::shared_ptr<Graph>& g, PassContext& c) {
+         CleanUp(g);
+         if (c.log) c.log->Record("decomposed", *g);
+       }},
+  };
+  return passes;
 }
 
-// matmul -> fuse -> plan -> lower, for one shape-specialized graph. If
-// fusion fails, a warning says why and the graph is lowered unfused.
+// fuse and lower: for one shape-specialized graph, in this order.
+const std::vector<GraphPass>& FusionPasses() {
+  static const std::vector<GraphPass> passes = {
+      {"split grouped convolutions", "compiler/fusion/split_grouped_convolutions.cc",
+       [](std::shared_ptr<Graph>& g, PassContext& c) {
+         const ConvolutionSplitStats s =
+             SplitGroupedConvolutions(g, ConvolutionSplitPolicyFromEnvironment());
+         c.report->grouped_convolutions = s.grouped;
+         c.report->split_convolutions = s.split;
+       }},
+      {"rank-one products", "compiler/fusion/rank_one_products.cc",  // before GEMMs
+       [](std::shared_ptr<Graph>& g, PassContext&) { RankOneProductsToMultiplies(g); }},
+      {"cancel transposes", "compiler/fusion/cancel_transposes.cc",  // gradients' transposes
+       [](std::shared_ptr<Graph>& g, PassContext&) { CancelTransposesAroundElementwise(g); }},
+      {"matmul to GEMM", "compiler/lowering/lower_matmul.cc",
+       [](std::shared_ptr<Graph>& g, PassContext& c) { c.report->gemms = LowerMatmulToGemm(g); }},
+      {"broadcast expanded operands", "compiler/fusion/broadcast_expanded_operands.cc",
+       [](std::shared_ptr<Graph>& g, PassContext&) { BroadcastExpandedOperands(g); }},
+      {"scatter into zeros", "compiler/fusion/scatter_into_zeros.cc",  // pooling gradients
+       [](std::shared_ptr<Graph>& g, PassContext&) { ScatterIntoFreshZeros(g); }},
+      {"fuse elementwise", "compiler/fusion/fuse_elementwise.cc",
+       [](std::shared_ptr<Graph>& g, PassContext& c) {
+         const FusionStats s = FuseElementwise(g, c.options->reduction_fusion);
+         c.report->fusion_groups = s.groups;
+         c.report->fused_nodes = s.fused_nodes;
+         c.report->fused_reductions = s.reductions;
+       }},
+      {"merge fusion groups", "compiler/fusion/merge_fusion_groups.cc",
+       [](std::shared_ptr<Graph>& g, PassContext& c) {
+         c.report->merged_groups = MergeFusionGroups(g);
+       }},
+      {"fuse horizontally", "compiler/fusion/fuse_horizontal.cc",
+       [](std::shared_ptr<Graph>& g, PassContext& c) {
+         const HorizontalFusionStats s = FuseHorizontally(g);
+         c.report->horizontal_nodes = s.merged_nodes;
+         c.report->horizontal_segments = s.segments;
+       }},
+      {"fuse pool epilogues", "compiler/fusion/fuse_pool_epilogue.cc",
+       [](std::shared_ptr<Graph>& g, PassContext& c) {
+         c.report->pooled_kernels = FusePoolEpilogues(g);
+       }},
+      {"plan buffers", "compiler/lowering/plan_buffers.cc",
+       [](std::shared_ptr<Graph>& g, PassContext& c) {
+         if (c.options->buffer_reuse) c.report->planned_reuses = PlanBuffers(g);
+       }},
+  };
+  return passes;
+}
+
+void Prepare(std::shared_ptr<Graph>& graph, StageLog* log) {
+  PassContext context{.log = log};
+  for (const GraphPass& pass : PreparePasses()) {
+    RunPass(pass.name, pass.file, [&] { pass.run(graph, context); });
+  }
+}
+
+// The fusion passes, then lowering and kernel loading, for one
+// shape-specialized graph. An error in any of them abandons fusion with a
+// warning (the graph is lowered unfused: correct results come first),
+// except under METAFUSE_STRICT, where it raises with the pass named.
 runtime::ProgramCode FuseAndLower(std::shared_ptr<Graph> graph, const std::string& label,
                                   const runtime::Options& options, SpecializationReport* report,
                                   std::shared_ptr<Graph>* unfused_out,
@@ -75,30 +170,17 @@ runtime::ProgramCode FuseAndLower(std::shared_ptr<Graph> graph, const std::strin
   std::shared_ptr<Graph> unfused = graph->copy();
   ScopedLoweringCache lowered_once;  // the passes and the lowering share kernels
   runtime::ProgramCode code;
-  const ConvolutionSplitPolicy split_policy = ConvolutionSplitPolicyFromEnvironment();
+  PassContext context{.options = &options, .report = report};
   try {
-    const ConvolutionSplitStats convolutions = SplitGroupedConvolutions(graph, split_policy);
-    report->grouped_convolutions = convolutions.grouped;
-    report->split_convolutions = convolutions.split;
-    RankOneProductsToMultiplies(graph);  // before GEMMs: outer products fuse
-    CancelTransposesAroundElementwise(graph);  // their gradients' transposes
-    report->gemms = LowerMatmulToGemm(graph);
-    BroadcastExpandedOperands(graph);  // before fusion: kernels read the sources
-    ScatterIntoFreshZeros(graph);  // pooling gradients: one pass, not two
-    const FusionStats vertical = FuseElementwise(graph, options.reduction_fusion);
-    report->merged_groups = MergeFusionGroups(graph);
-    const HorizontalFusionStats horizontal = FuseHorizontally(graph);
-    report->fusion_groups = vertical.groups;
-    report->fused_nodes = vertical.fused_nodes;
-    report->horizontal_nodes = horizontal.merged_nodes;
-    report->horizontal_segments = horizontal.segments;
-    report->fused_reductions = vertical.reductions;
-    report->pooled_kernels = FusePoolEpilogues(graph);
-    if (options.buffer_reuse) report->planned_reuses = PlanBuffers(graph);
-    code = LowerToProgram(*graph, label, {.plain_reductions = true});
-    runtime::LoadKernels(code);  // a kernel that does not compile falls back here
+    for (const GraphPass& pass : FusionPasses()) {
+      RunPass(pass.name, pass.file, [&] { pass.run(graph, context); });
+    }
+    RunPass("lower to program", "compiler/lowering/lower_to_program.cc",
+            [&] { code = LowerToProgram(*graph, label, {.plain_reductions = true}); });
+    RunPass("load kernels", "runtime/executor/fused_kernel_launch.cc",
+            [&] { runtime::LoadKernels(code); });
   } catch (const std::exception& e) {
-    // Correct results come first: run the specialized graph unfused.
+    if (options.strict) throw;  // METAFUSE_STRICT: the PassFailure names the pass
     report->fallback = e.what();
     TORCH_WARN("metafuse: fusion of the ", label, " program failed (", e.what(),
                "); running it unfused");
@@ -113,6 +195,22 @@ runtime::ProgramCode FuseAndLower(std::shared_ptr<Graph> graph, const std::strin
 }
 
 }  // namespace
+
+std::vector<PipelineStage> PipelineStages() {
+  std::vector<PipelineStage> stages;
+  for (const GraphPass& pass : PreparePasses()) stages.push_back({"prepare", pass.name, pass.file});
+  stages.push_back({"generic", "unroll", "compiler/autodiff/inner_loop.cc"});
+  stages.push_back({"generic", "autodiff", "compiler/autodiff/autodiff.cc"});
+  stages.push_back({"specialize", "specialize shapes", "compiler/specialize/specialize_shapes.cc"});
+  stages.push_back({"specialize", "prune saved values", "compiler/pipeline.cc"});
+  stages.push_back({"specialize", "rematerialize", "compiler/specialize/rematerialize.cc"});
+  for (const GraphPass& pass : FusionPasses()) {
+    stages.push_back({"fuse and lower", pass.name, pass.file});
+  }
+  stages.push_back({"fuse and lower", "lower to program", "compiler/lowering/lower_to_program.cc"});
+  stages.push_back({"fuse and lower", "load kernels", "runtime/executor/fused_kernel_launch.cc"});
+  return stages;
+}
 
 std::vector<int64_t> InnerLoopDifferentiableInputs(const InnerLoopSpec& spec) {
   const InnerLoopLayout& layout = spec.layout;
@@ -136,12 +234,17 @@ SplitProgram CompileGeneric(const CompileRequest& request, StageLog* log) {
   // unroll
   std::vector<int64_t> differentiable = request.differentiable_inputs;
   if (request.inner_loop) {
-    program = BuildInnerLoopProgram(*program, request.inner_loop->layout,
-                                    request.inner_loop->optimizer, log);
+    RunPass("unroll", "compiler/autodiff/inner_loop.cc", [&] {
+      program = BuildInnerLoopProgram(*program, request.inner_loop->layout,
+                                      request.inner_loop->optimizer, log);
+    });
     differentiable = InnerLoopDifferentiableInputs(*request.inner_loop);
   }
   // autodiff
-  return BuildMetaBackward(program, differentiable, log);
+  SplitProgram split;
+  RunPass("autodiff", "compiler/autodiff/autodiff.cc",
+          [&] { split = BuildMetaBackward(program, differentiable, log); });
+  return split;
 }
 
 runtime::CompiledProgram LowerGeneric(const SplitProgram& split) {
@@ -166,7 +269,9 @@ Specialization Specialize(const SplitProgram& split, const std::vector<c10::IVal
   auto start = Clock::now();
   std::shared_ptr<Graph> forward = split.forward->copy();
   fr.nodes_before = CountGraphNodes(*forward);
-  ShapeSpecialization fs = SpecializeShapes(forward, inputs);
+  ShapeSpecialization fs;
+  RunPass("specialize shapes", "compiler/specialize/specialize_shapes.cc",
+          [&] { fs = SpecializeShapes(forward, inputs); });
   fr.shape_queries_folded = fs.shape_queries_folded;
   fr.identities_removed = fs.identities_removed;
   const double forward_record = SecondsSince(start);
@@ -179,7 +284,9 @@ Specialization Specialize(const SplitProgram& split, const std::vector<c10::IVal
   }
   std::shared_ptr<Graph> backward = split.backward->copy();
   br.nodes_before = CountGraphNodes(*backward);
-  ShapeSpecialization bs = SpecializeShapes(backward, std::move(backward_inputs));
+  ShapeSpecialization bs;
+  RunPass("specialize shapes", "compiler/specialize/specialize_shapes.cc",
+          [&] { bs = SpecializeShapes(backward, std::move(backward_inputs)); });
   br.shape_queries_folded = bs.shape_queries_folded;
   br.identities_removed = bs.identities_removed;
 
@@ -191,7 +298,8 @@ Specialization Specialize(const SplitProgram& split, const std::vector<c10::IVal
     forward->eraseOutput(split.num_outputs + i);
   }
   // remat
-  s.rematerialized = Rematerialize(*forward, *backward, split.num_outputs);
+  RunPass("rematerialize", "compiler/specialize/rematerialize.cc",
+          [&] { s.rematerialized = Rematerialize(*forward, *backward, split.num_outputs); });
   s.saved_after = static_cast<int64_t>(forward->outputs().size()) - split.num_outputs;
   torch::jit::EliminateDeadCode(forward);
   fr.nodes_specialized = CountGraphNodes(*forward);
@@ -228,7 +336,9 @@ SpecializedGraph SpecializeGraph(const Graph& graph, const std::vector<c10::IVal
   SpecializedGraph result;
   std::shared_ptr<Graph> copy = const_cast<Graph&>(graph).copy();  // copy() reads only
   result.report.nodes_before = CountGraphNodes(*copy);
-  ShapeSpecialization shapes = SpecializeShapes(copy, inputs);
+  ShapeSpecialization shapes;
+  RunPass("specialize shapes", "compiler/specialize/specialize_shapes.cc",
+          [&] { shapes = SpecializeShapes(copy, inputs); });
   result.report.shape_queries_folded = shapes.shape_queries_folded;
   result.report.identities_removed = shapes.identities_removed;
   result.report.nodes_specialized = CountGraphNodes(*copy);

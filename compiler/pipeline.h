@@ -17,16 +17,22 @@
 //               cotangents of ones), fold shape queries, drop identities
 //   prune       saved values the specialized backward does not read
 //   remat       rematerialization of cheap saved values
-//   matmul      products to direct GEMM calls
-//   fuse        vertical (chains) then horizontal (independent launches),
-//               max-pools into the kernel whose output they read
-//   plan        buffer reuse
-//   lower       graph -> program value (runtime/program_code.h), kernels
-//               printed for the host
+//   fuse and lower, per program (the table FusionPasses in pipeline.cc):
+//               split grouped convolutions (measured), rank-one products to
+//               multiplies, transposes cancelled around elementwise ops,
+//               products to direct GEMM calls, expanded operands read in
+//               place, scatters into fresh zeros, vertical fusion (chains),
+//               producer groups merged into readers, horizontal fusion
+//               (independent launches), max-pools into the kernel whose
+//               output they read, buffer reuse; then the graph lowered to
+//               the program value (runtime/program_value/program_code.h)
+//               and its kernels loaded
 // With fusion off, the generic programs are lowered as they are.
 //
 // Each stage is a `Graph -> Graph` pass in its own file with one entry
-// function; each is logged through one StageLog (ir_dump.h).
+// function, run through RunPass (pass_failure.h: an error names the pass);
+// each is logged through one StageLog (ir/ir_dump.h). PipelineStages()
+// lists them all, in order.
 #pragma once
 
 #include <memory>
@@ -36,10 +42,10 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
-#include "compiler/inner_loop.h"
-#include "compiler/ir_dump.h"
-#include "runtime/options.h"
-#include "runtime/program_code.h"
+#include "compiler/autodiff/inner_loop.h"
+#include "compiler/ir/ir_dump.h"
+#include "runtime/base/options.h"
+#include "runtime/program_value/program_code.h"
 
 namespace metafuse::compiler {
 
@@ -56,6 +62,17 @@ struct CompileRequest {
   std::optional<InnerLoopSpec> inner_loop;
   std::vector<int64_t> differentiable_inputs;
 };
+
+// One stage the driver runs: its phase ("prepare", "generic", "specialize",
+// "fuse and lower"), its name and the file that holds it.
+struct PipelineStage {
+  std::string phase, name, file;
+};
+
+// Every stage, in the order the driver runs them, read from the same pass
+// tables the driver iterates (docs/pipeline.dot is rendered from this list
+// by tools/render_pipeline.py).
+std::vector<PipelineStage> PipelineStages();
 
 // Phase 1: capture -> prepare -> [unroll] -> autodiff. Throws UnsupportedOp
 // naming the ops outside the primitive set.

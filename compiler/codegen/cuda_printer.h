@@ -1,11 +1,11 @@
-// Kernel IR -> CUDA C++ for NVRTC (runtime/cuda_ptx.h compiles it to PTX,
-// runtime/cuda_kernel.h loads and launches it). The source defines, with C
+// Kernel IR -> CUDA C++ for NVRTC (runtime/cuda/cuda_ptx.h compiles it to PTX,
+// runtime/cuda/cuda_kernel.h loads and launches it). The source defines, with C
 // linkage,
 //   __global__ void mf_<name>(long long n,
 //                             const T* in0, ..., const T* in<I-1>,
 //                             T* out0, ..., T* out<O-1>,
 //                             double scalar0, ..., double scalar<S-1>)
-// the same launch contract as the host kernels (runtime/program_code.h's
+// the same launch contract as the host kernels (runtime/program_value/program_code.h's
 // KernelCode): input buffers in kernel order, each read with its access
 // pattern (element in[i], broadcast in[0] read once per thread, inner
 // in[i % inner], outer in[i / inner]); output buffers written at out[i];
@@ -31,7 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/codegen/kernel_ir.h"
-#include "runtime/program_code.h"
+#include "runtime/program_value/program_code.h"
 
 namespace metafuse::codegen {
 

@@ -1,4 +1,4 @@
-// The part of a runtime KernelCode (runtime/program_code.h) every target
+// The part of a runtime KernelCode (runtime/program_value/program_code.h) every target
 // shares: name, kernel IR text and the launch contract (per input dtype,
 // access pattern and inner size, per output dtype, the scalar count, names).
 // Each printer adds its own code: HostKernelCode (llvm_printer.h) the LLVM
@@ -6,7 +6,7 @@
 #pragma once
 
 #include "compiler/codegen/kernel_ir.h"
-#include "runtime/program_code.h"
+#include "runtime/program_value/program_code.h"
 
 namespace metafuse::codegen {
 

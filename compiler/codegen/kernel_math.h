@@ -1,7 +1,7 @@
 // metafuse's exp and tanh for kernels: the definitions shared by the reference
 // interpreter (compiler/codegen/kernel_ir.cc), the printed C++ (compiler/codegen/cpp_printer.cc
 // embeds this file's text in every source it prints) and the LLVM printer
-// (compiler/codegen/llvm_printer.cc, runtime/jit_kernel.cc emits the same operations in the same order).
+// (compiler/codegen/llvm_printer.cc, runtime/jit/jit_kernel.cc emits the same operations in the same order).
 // Unlike a libm call it is branch-free arithmetic, so element loops that use
 // it vectorize; the three back ends agree bit for bit, and it is within 2 ulp
 // of the correctly rounded exp for normal results (tests/cpp/codegen).

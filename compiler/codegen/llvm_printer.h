@@ -1,5 +1,5 @@
 // Kernel IR -> LLVM IR text for the host. The runtime compiles the text
-// with LLVM ORC (runtime/jit_kernel.h) and runs it in OpenMP-parallel chunks.
+// with LLVM ORC (runtime/jit/jit_kernel.h) and runs it in OpenMP-parallel chunks.
 //
 // The printed module defines
 //   void mf_<name>(int64_t begin, int64_t end, void* const* inputs,
@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "compiler/codegen/kernel_ir.h"
-#include "runtime/program_code.h"
+#include "runtime/program_value/program_code.h"
 
 namespace metafuse::codegen {
 
@@ -31,7 +31,7 @@ std::string LlvmKernelSymbol(const kir::Kernel& kernel);
 // The kernel as an LLVM 14 module (typed pointers). Validates first.
 absl::StatusOr<std::string> PrintLlvmIr(const kir::Kernel& kernel);
 
-// The host kernel as the runtime loads it (runtime/jit_kernel.h): the
+// The host kernel as the runtime loads it (runtime/jit/jit_kernel.h): the
 // printed module, the kernel IR text and the launch contract. Validates.
 absl::StatusOr<runtime::KernelCode> HostKernelCode(const kir::Kernel& kernel);
 

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "compiler/compiled_inner_loop.h"
+#include "compiler/callable/compiled_inner_loop.h"
 #include "metafuse/optim/alias.h"
 #include "metafuse/optim/optimizer.h"
 

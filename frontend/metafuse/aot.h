@@ -12,7 +12,7 @@
 //
 // Load verifies, in order: a complete archive, the artifact format, the
 // LibTorch version, the SHA-256 of every member, then every field of the
-// compiled program (runtime/program_serialization.h); a failure names the
+// compiled program (runtime/program_value/program_serialization.h); a failure names the
 // check and says to recompile. A loaded artifact runs its compiled forward
 // program: inputs are the flat tensors of the call it was saved for, in the
 // order metafuse.tree flattens the arguments; they must have the dtypes,

@@ -1,4 +1,4 @@
-#include "runtime/llvm_jit.h"
+#include "runtime/jit/llvm_jit.h"
 
 #include <gtest/gtest.h>
 

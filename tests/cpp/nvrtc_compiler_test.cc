@@ -1,11 +1,11 @@
-#include "runtime/nvrtc_compiler.h"
+#include "runtime/cuda/nvrtc_compiler.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 
 namespace metafuse::runtime {
 namespace {

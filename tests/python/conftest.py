@@ -1,6 +1,7 @@
 """pytest setup: test the package of this checkout, built by tools/build.sh,
 or the installed one under METAFUSE_TEST_INSTALLED=1 (package_under_test)."""
 
+import os
 import sys
 import warnings
 
@@ -8,6 +9,11 @@ from package_under_test import INSTALLED, PACKAGE_DIR
 
 if not INSTALLED:
     sys.path.insert(0, PACKAGE_DIR)
+
+# An internal error in a compiler pass raises with the pass named instead of
+# falling back with a warning (compiler/pass_failure.h); a test of the
+# fallback itself sets it to 0.
+os.environ.setdefault("METAFUSE_STRICT", "1")
 
 
 def _load_torchs_own_scripted_decompositions():

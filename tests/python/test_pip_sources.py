@@ -34,8 +34,8 @@ def test_llvm_off_swaps_the_jit_for_its_stand_in():
     entries = extension_sources.read()
     on = set(extension_sources.select(entries, llvm=True, nvrtc=False, nvcc=False))
     off = set(extension_sources.select(entries, llvm=False, nvrtc=False, nvcc=False))
-    assert on - off == {"runtime/llvm_jit.cc"}
-    assert off - on == {"runtime/llvm_jit_unavailable.cc"}
+    assert on - off == {"runtime/jit/llvm_jit.cc"}
+    assert off - on == {"runtime/jit/llvm_jit_unavailable.cc"}
 
 
 def test_a_cuda_torch_build_has_every_kernel_that_register_cuda_calls():

@@ -26,6 +26,7 @@ from metafuse import alias, diff, hook, schedule, transform, utils
 from metafuse import (accelerated_op, base, clip, combine, linalg, version,
                       linear_solve, nn, optim, pytree, typing, update, visual)
 from metafuse import aot
+from metafuse import tuning
 # metafuse.compile and metafuse.vmap are functions; the packages of the same
 # names (metafuse/compile/, metafuse/vmap/) hold their implementation and
 # are imported first, so that these names end bound to the functions.
@@ -85,7 +86,7 @@ __all__ = [
     "alias", "aot", "diff", "hook", "schedule", "transform", "utils",
     "accelerated_op", "base", "clip", "combine", "linalg", "linear_solve",
     "nn", "optim", "pytree", "typing", "update", "visual",
-    "compile_inner_loop", "compile", "grad", "profile", "vmap",
+    "compile_inner_loop", "compile", "grad", "profile", "vmap", "tuning",
     "CompilationFallbackWarning", "GradientTransformation",
     "ChainedGradientTransformation", "EmptyState", "UninitializedState",
     "identity", "ModuleState", "functional_call", "version",

@@ -1,22 +1,22 @@
-"""How metafuse's cost checks time a candidate (metafuse.vmap's strategies,
-the fusion check): a call and its backward, gradients discarded and
-nothing accumulated, after an untimed one that compiles; the fastest of up
-to 3 timed ones, as many as fit in 50 ms, and never fewer than 2: one
-timing of a long call is noisy too (the conv net's meta-batch at 2 threads
-timed its parallel task loop at 179 ms once and 156-164 ms in other runs,
-and one timing picked the slower strategy for the whole run)."""
+"""How metafuse's Python cost checks (metafuse.vmap's strategies, the
+fusion check) time a candidate: a call and its backward, gradients
+discarded and nothing accumulated, by the tuning library's one timing rule
+(runtime/tuning/timing_rule.h, through metafuse._C._tuning): one untimed
+run that compiles, then the fastest of 2 or 3 timed ones (a 3rd while they
+total under 50 ms). One timing of a long call is noisy too: the conv net's
+meta-batch at 2 threads timed its parallel task loop at 179 ms once and
+156-164 ms in other runs, and one timing picked the slower strategy for the
+whole run."""
 
-import time
+import math
 
 import torch
 
+from metafuse import _C
 from metafuse import tree as _tree
 
-__all__ = ["seconds_of_call_and_backward"]
+__all__ = ["seconds_of_call_and_backward", "beats_default", "record_choice", "CLEARLY_SLOWER"]
 
-_LEAST = 2
-_MOST = 3
-_BUDGET_S = 0.05
 # A candidate this much slower than what it must beat has lost whatever
 # the noise of one timing (10-15% on a long call, module docstring).
 CLEARLY_SLOWER = 1.5
@@ -24,7 +24,7 @@ CLEARLY_SLOWER = 1.5
 
 def seconds_of_call_and_backward(run, inputs, synchronize=False, give_up_above=None):
     """Seconds of ``run()`` and the gradient of its differentiable outputs
-    (seeded with ones) with respect to ``inputs``.
+    (seeded with ones) with respect to ``inputs``, by the timing rule.
 
     Args:
         run: the call; returns a pytree of tensors.
@@ -44,12 +44,16 @@ def seconds_of_call_and_backward(run, inputs, synchronize=False, give_up_above=N
         if synchronize:
             torch.cuda.synchronize()
 
-    once()  # untimed: compiles
-    timed = []
-    while len(timed) < _LEAST or (len(timed) < _MOST and sum(timed) < _BUDGET_S):
-        start = time.perf_counter()
-        once()
-        timed.append(time.perf_counter() - start)
-        if give_up_above is not None and min(timed) > give_up_above:
-            break
-    return min(timed)
+    return _C._tuning.seconds_of(once, math.inf if give_up_above is None else give_up_above)
+
+
+def beats_default(rival_seconds, default_seconds):
+    """Whether a rival replaces the default: faster by the rule's margin."""
+    return _C._tuning.beats_default(rival_seconds, default_seconds)
+
+
+def record_choice(table, key, choice, note=""):
+    """Adds a measured choice kept on the object it belongs to (a compiled
+    program's fusion, a metafuse.vmap function's strategy) to the tuning
+    report (metafuse.tuning_report())."""
+    _C._tuning.record(table, key, choice, "measured", note)

@@ -1,7 +1,10 @@
 """The compiler's cost check of fusion: on a guard's first call, the
 specialized program (shapes fixed, fused kernels, direct GEMMs and
 reductions, planned buffers) is timed against the generic one it was made
-from, each a call and its backward, and the faster is kept.
+from, each a call and its backward, by the tuning library's rule
+(_cost_timing), and the generic one is kept only if it beats the
+specialized one by the rule's margin. The choice is kept on the compiled
+program (per guard) and reported in metafuse.tuning_report().
 
 Specialization usually wins by far (the sinusoid's batched MAML program:
 3x), but a fused kernel can lose to ATen's operator it replaced (the
@@ -15,6 +18,7 @@ the check. METAFUSE_FUSION_CHECK=0 turns it off (the specialized program is
 then always used, as METAFUSE_DISABLE_FUSION=1 always uses the generic one).
 """
 
+import itertools
 import os
 
 import torch
@@ -25,9 +29,12 @@ from metafuse.compile import capture as _capture
 __all__ = ["VARIABLE", "choose_fusion"]
 
 VARIABLE = "METAFUSE_FUSION_CHECK"
-# The generic program must be this much faster to be kept: a near tie keeps
-# the specialized one.
-_MARGIN = 1.1
+_checks = itertools.count(1)
+
+
+def _signature(leaves):
+    return " ".join(f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}" for t in leaves[:4]) + (
+        f" +{len(leaves) - 4} more" if len(leaves) > 4 else "")
 
 
 def _enabled():
@@ -65,6 +72,12 @@ def choose_fusion(program, leaves):
             unfused_s = seconds()
         finally:
             program.set_fusion(True)
-    fusion = not unfused_s * _MARGIN < fused_s
+    # The specialized program is the default: the generic one must beat it
+    # by the tuning library's margin (a near tie keeps the specialized one).
+    fusion = not _cost_timing.beats_default(unfused_s, fused_s)
     program.set_fusion(fusion)
+    _cost_timing.record_choice(
+        "fusion", f"program {next(_checks)}: {_signature(leaves)}",
+        "fused" if fusion else "unfused",
+        f"fused {fused_s * 1e6:.1f} us, unfused {unfused_s * 1e6:.1f} us")
     return {"fusion": fusion, "fused_s": fused_s, "unfused_s": unfused_s}

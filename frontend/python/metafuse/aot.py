@@ -7,8 +7,8 @@
 
 An artifact is a zip file holding ``manifest.json`` (format, versions, the
 input structure, a SHA-256 of every other member), ``program.bin`` (the
-compiled program value, ``runtime/program_code.h``, serialized by
-``runtime/program_serialization.cc``: instructions, kernels as kernel IR and
+compiled program value, ``runtime/program_value/program_code.h``, serialized by
+``runtime/program_value/program_serialization.cc``: instructions, kernels as kernel IR and
 LLVM IR, plans, guard) and ``constants.pt`` (the tensors the function closed
 over, a tensor learning rate, and the output structure). Loading checks the
 zip, the format, the LibTorch version and every checksum, then reads the
@@ -39,6 +39,7 @@ import zipfile
 import torch
 
 from metafuse import _C
+from metafuse import tuning as _tuning
 from metafuse import _torch_func
 from metafuse.compile import capture as _capture
 from metafuse import tree as _tree
@@ -147,6 +148,9 @@ def _save(compiled, path, example_args, job_section=None, job_payload=None, runn
                    "closed_over": len(closed)},
         "num_outputs": value.num_outputs,
         "sha256": {name: _sha256(data) for name, data in members.items()},
+        # What the saving process measured and chose (metafuse.tuning):
+        # shown by `metafuse inspect`, not read when loading.
+        "tuning": _tuning.report(),
     }
     if job_section is not None:
         manifest["job"] = job_section

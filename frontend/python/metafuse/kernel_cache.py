@@ -1,7 +1,7 @@
 """The on-disk kernel cache, seen from Python: where it is, what it holds,
 whether each entry is intact, and clearing it (``metafuse cache``).
 
-The runtime (``runtime/kernel_cache.cc``) writes one file per compiled
+The runtime (``runtime/base/kernel_cache.cc``) writes one file per compiled
 kernel, ``<128-bit hash of the key>.kernel``, laid out as
 
     "MFKC1\\n" | u64 len(key) | key | u64 len(object) | object | u64 FNV-1a of all before
@@ -28,7 +28,7 @@ __all__ = ["directory", "Entry", "entries", "clear", "MAGIC", "SUFFIX"]
 def directory():
     """The cache directory the runtime uses in this environment:
     ``$METAFUSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/metafuse/kernels`` (when
-    absolute), else ``~/.cache/metafuse/kernels`` (runtime/options.cc)."""
+    absolute), else ``~/.cache/metafuse/kernels`` (runtime/base/options.cc)."""
     configured = os.environ.get("METAFUSE_CACHE_DIR", "")
     if configured:
         return configured.rstrip("/") or "/"

@@ -10,10 +10,10 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/cuda_fused_kernel.h"
-#include "runtime/cuda_kernel.h"
-#include "runtime/cuda_ptx.h"
-#include "runtime/nvrtc_compiler.h"
+#include "runtime/cuda/cuda_fused_kernel.h"
+#include "runtime/cuda/cuda_kernel.h"
+#include "runtime/cuda/cuda_ptx.h"
+#include "runtime/cuda/nvrtc_compiler.h"
 #include "tests/cpp/codegen/cuda_host_run.h"
 #include "tests/cpp/codegen/random_kernels.h"
 #include "tests/cpp/codegen/test_kernels.h"

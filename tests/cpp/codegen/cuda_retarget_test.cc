@@ -7,9 +7,9 @@
 #include <torch/torch.h>
 
 #include "compiler/codegen/kernel_ir_parser.h"
-#include "compiler/compiled_inner_loop.h"
-#include "runtime/cuda_ptx.h"
-#include "runtime/nvrtc_compiler.h"
+#include "compiler/callable/compiled_inner_loop.h"
+#include "runtime/cuda/cuda_ptx.h"
+#include "runtime/cuda/nvrtc_compiler.h"
 #include "tests/cpp/codegen/cuda_host_run.h"
 
 namespace metafuse::codegen {

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "compiler/codegen/llvm_printer.h"
-#include "runtime/jit_kernel.h"
+#include "runtime/jit/jit_kernel.h"
 
 namespace metafuse::codegen::testing {
 

@@ -26,11 +26,11 @@
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/torch.h>
 
-#include "compiler/lower_to_program.h"
-#include "compiler/autodiff.h"
-#include "compiler/decompose.h"
+#include "compiler/lowering/lower_to_program.h"
+#include "compiler/autodiff/autodiff.h"
+#include "compiler/decompose/decompose.h"
 #include "tests/cpp/compiler/specialized_runner.h"
-#include "runtime/program.h"
+#include "runtime/executor/program.h"
 
 namespace metafuse::compiler {
 namespace {

@@ -8,8 +8,8 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/torch.h>
 
-#include "compiler/cancel_transposes.h"
-#include "compiler/specialize_shapes.h"
+#include "compiler/fusion/cancel_transposes.h"
+#include "compiler/specialize/specialize_shapes.h"
 #include "tests/cpp/compiler/specialized_runner.h"
 
 namespace metafuse::compiler {

@@ -6,14 +6,14 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/torch.h>
 
-#include "compiler/lower_to_program.h"
-#include "compiler/autodiff.h"
-#include "compiler/compiled_inner_loop.h"
-#include "compiler/decompose.h"
-#include "compiler/primitives.h"
+#include "compiler/lowering/lower_to_program.h"
+#include "compiler/autodiff/autodiff.h"
+#include "compiler/callable/compiled_inner_loop.h"
+#include "compiler/decompose/decompose.h"
+#include "compiler/ir/primitives.h"
 #include "tests/cpp/compiler/eager_unroll.h"
-#include "runtime/program.h"
-#include "runtime/torch_compat.h"
+#include "runtime/executor/program.h"
+#include "runtime/base/torch_compat.h"
 
 namespace metafuse::compiler {
 namespace {

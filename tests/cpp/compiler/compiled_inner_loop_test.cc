@@ -1,11 +1,11 @@
 // The compiled inner loop against a hand-unrolled torch::autograd
 // computation: adapted params, inner losses and meta-gradients.
-#include "compiler/compiled_inner_loop.h"
+#include "compiler/callable/compiled_inner_loop.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "compiler/autodiff.h"
+#include "compiler/autodiff/autodiff.h"
 #include "tests/cpp/compiler/eager_unroll.h"
 
 namespace metafuse::compiler {

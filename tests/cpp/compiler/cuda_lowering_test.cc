@@ -11,12 +11,12 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/torch.h>
 
-#include "compiler/fuse_elementwise.h"
-#include "compiler/lower_matmul.h"
-#include "compiler/lower_to_program.h"
-#include "runtime/kernel_target.h"
-#include "runtime/program.h"
-#include "runtime/program_serialization.h"
+#include "compiler/fusion/fuse_elementwise.h"
+#include "compiler/lowering/lower_matmul.h"
+#include "compiler/lowering/lower_to_program.h"
+#include "runtime/executor/kernel_target.h"
+#include "runtime/executor/program.h"
+#include "runtime/program_value/program_serialization.h"
 
 namespace metafuse::compiler {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <torch/torch.h>
 
-#include "compiler/compiled_inner_loop.h"
+#include "compiler/callable/compiled_inner_loop.h"
 
 namespace metafuse::compiler::testing {
 

@@ -12,10 +12,10 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/torch.h>
 
-#include "compiler/lower_to_program.h"
-#include "compiler/autodiff.h"
-#include "compiler/eliminate_optimizer_backward.h"
-#include "runtime/program.h"
+#include "compiler/lowering/lower_to_program.h"
+#include "compiler/autodiff/autodiff.h"
+#include "compiler/autodiff/eliminate_optimizer_backward.h"
+#include "runtime/executor/program.h"
 
 namespace metafuse::compiler {
 namespace {

@@ -16,21 +16,21 @@
 #include <torch/csrc/jit/testing/file_check.h>
 #include <torch/torch.h>
 
-#include "compiler/fuse_elementwise.h"
-#include "compiler/fuse_horizontal.h"
-#include "compiler/topological_order.h"
-#include "compiler/fuse_pool_epilogue.h"
-#include "runtime/fused_kernel_launch.h"
-#include "compiler/fusion_group.h"
-#include "compiler/lower_fusion_group.h"
-#include "compiler/lower_to_program.h"
-#include "compiler/merge_fusion_groups.h"
-#include "compiler/plan_buffers.h"
-#include "compiler/specialize_shapes.h"
+#include "compiler/fusion/fuse_elementwise.h"
+#include "compiler/fusion/fuse_horizontal.h"
+#include "compiler/ir/topological_order.h"
+#include "compiler/fusion/fuse_pool_epilogue.h"
+#include "runtime/executor/fused_kernel_launch.h"
+#include "compiler/fusion/fusion_group.h"
+#include "compiler/lowering/lower_fusion_group.h"
+#include "compiler/lowering/lower_to_program.h"
+#include "compiler/fusion/merge_fusion_groups.h"
+#include "compiler/lowering/plan_buffers.h"
+#include "compiler/specialize/specialize_shapes.h"
 #include "tests/cpp/compiler/specialized_runner.h"
 #include "compiler/codegen/kernel_ir.h"
-#include "runtime/program.h"
-#include "runtime/program_serialization.h"
+#include "runtime/executor/program.h"
+#include "runtime/program_value/program_serialization.h"
 
 namespace metafuse::compiler {
 namespace {

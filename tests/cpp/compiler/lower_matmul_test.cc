@@ -8,10 +8,10 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/torch.h>
 
-#include "runtime/gemm.h"
-#include "compiler/lower_matmul.h"
-#include "compiler/rank_one_products.h"
-#include "compiler/specialize_shapes.h"
+#include "runtime/compute/gemm.h"
+#include "compiler/lowering/lower_matmul.h"
+#include "compiler/fusion/rank_one_products.h"
+#include "compiler/specialize/specialize_shapes.h"
 #include "tests/cpp/compiler/specialized_runner.h"
 
 namespace metafuse::compiler {

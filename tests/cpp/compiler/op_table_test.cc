@@ -2,7 +2,7 @@
 // primitive has a derivative rule and every rule belongs to a differentiable
 // primitive; only elementwise ops have a fuser form; lookups by name and by
 // node agree.
-#include "compiler/op_table.h"
+#include "compiler/ir/op_table.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/irparser.h>
@@ -10,8 +10,8 @@
 #include <set>
 #include <string>
 
-#include "compiler/derivative_rules.h"
-#include "compiler/primitives.h"
+#include "compiler/autodiff/derivative_rules.h"
+#include "compiler/ir/primitives.h"
 
 namespace metafuse::compiler {
 namespace {

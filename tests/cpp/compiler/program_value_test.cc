@@ -7,13 +7,13 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
-#include "compiler/compiled_inner_loop.h"
-#include "runtime/autograd_node.h"
-#include "runtime/fused_kernel_launch.h"
-#include "runtime/host_compiler.h"
-#include "runtime/host_object_code.h"
-#include "runtime/jit_kernel.h"
-#include "runtime/program_serialization.h"
+#include "compiler/callable/compiled_inner_loop.h"
+#include "runtime/executor/autograd_node.h"
+#include "runtime/executor/fused_kernel_launch.h"
+#include "runtime/jit/host_compiler.h"
+#include "runtime/executor/host_object_code.h"
+#include "runtime/jit/jit_kernel.h"
+#include "runtime/program_value/program_serialization.h"
 
 namespace metafuse::compiler {
 namespace {

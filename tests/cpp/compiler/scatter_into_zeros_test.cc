@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "compiler/scatter_into_zeros.h"
-#include "compiler/specialize_shapes.h"
+#include "compiler/fusion/scatter_into_zeros.h"
+#include "compiler/specialize/specialize_shapes.h"
 #include "tests/cpp/compiler/specialized_runner.h"
 
 namespace metafuse::compiler {

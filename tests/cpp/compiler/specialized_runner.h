@@ -14,11 +14,11 @@
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/ir/irparser.h>
 
-#include "compiler/ir_dump.h"
-#include "compiler/lower_to_program.h"
+#include "compiler/ir/ir_dump.h"
+#include "compiler/lowering/lower_to_program.h"
 #include "compiler/pipeline.h"
-#include "compiler/signature_cache.h"
-#include "runtime/program.h"
+#include "compiler/callable/signature_cache.h"
+#include "runtime/executor/program.h"
 
 namespace metafuse::compiler {
 

@@ -2,7 +2,7 @@
 // RemoveTensorMutation can make the in-place ops on the pieces functional
 // (gru_cell's gates); the result equals eager's; a chunk whose list is used
 // otherwise stays.
-#include "compiler/split_chunks.h"
+#include "compiler/decompose/split_chunks.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/irparser.h>
@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "compiler/lower_to_program.h"
-#include "runtime/program.h"
+#include "compiler/lowering/lower_to_program.h"
+#include "runtime/executor/program.h"
 
 namespace metafuse::compiler {
 namespace {

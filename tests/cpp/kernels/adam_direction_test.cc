@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include "runtime/torch_compat.h"
+#include "runtime/base/torch_compat.h"
 
 #include <cmath>
 

@@ -14,7 +14,7 @@
 #include "kernels/cuda/launch_geometry.h"
 #include "kernels/cuda/step_kernels.h"
 #include "kernels/optimizers.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 
 namespace metafuse::kernels::cuda {
 namespace {

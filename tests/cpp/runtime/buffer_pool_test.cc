@@ -1,9 +1,9 @@
-// runtime/buffer_pool: large CPU allocations made while a program runs on
+// runtime/executor/buffer_pool: large CPU allocations made while a program runs on
 // this thread come back from the pool at the next allocation of their size
 // (the same memory); allocations outside a program, and small ones, never
 // touch it; c10's raw allocation (oneDNN's scratchpads) works through it;
 // ReleaseBufferPool empties it.
-#include "runtime/buffer_pool.h"
+#include "runtime/executor/buffer_pool.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>

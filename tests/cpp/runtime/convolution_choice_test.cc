@@ -1,5 +1,5 @@
-// The measured choice of a convolution's algorithm (runtime/convolution.h,
-// runtime/measured_choice.h): whatever wins, the result is ATen's (float64
+// The measured choice of a convolution's algorithm (runtime/compute/convolution.h,
+// runtime/tuning/measured_choice.h): whatever wins, the result is ATen's (float64
 // to 1e-12, float32 to 1e-4 relative); the first call of a shape records
 // one line naming the winner among the candidates it timed, later calls and
 // a fresh process table (another process) reuse it without timing again.
@@ -13,8 +13,8 @@
 #include <sstream>
 #include <string>
 
-#include "runtime/convolution.h"
-#include "runtime/measured_choice.h"
+#include "runtime/compute/convolution.h"
+#include "runtime/tuning/measured_choice.h"
 
 namespace metafuse::runtime {
 namespace {

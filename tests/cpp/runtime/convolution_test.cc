@@ -1,9 +1,9 @@
-// runtime/convolution against ATen's convolutions on the same inputs: every
+// runtime/compute/convolution against ATen's convolutions on the same inputs: every
 // stride, padding, dilation, group count and bias case the compiled conv
 // nets and their derivatives produce (float64 to 1e-12, float32 to 1e-4
 // relative), the weight-gradient form (batch and channels swapped, kernel
 // as large as the image), the operation's fallback to ATen, and its errors.
-#include "runtime/convolution.h"
+#include "runtime/compute/convolution.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

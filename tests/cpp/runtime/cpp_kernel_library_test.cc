@@ -2,7 +2,7 @@
 // system compiler into one shared object, cached, loaded from bytes; the
 // same bits as the LLVM JIT; the refusals (wrong CPU level, not a shared
 // object, a truncated one, no compiler, a compiler error).
-#include "runtime/cpp_kernel_library.h"
+#include "runtime/jit/cpp_kernel_library.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -11,8 +11,8 @@
 
 #include "compiler/codegen/kernel_ir_parser.h"
 #include "compiler/codegen/llvm_printer.h"
-#include "runtime/host_backend.h"
-#include "runtime/host_compiler.h"
+#include "runtime/jit/host_backend.h"
+#include "runtime/jit/host_compiler.h"
 #include "tests/cpp/codegen/host_kernel.h"
 #include "tests/cpp/codegen/test_kernels.h"
 

@@ -1,17 +1,17 @@
-// runtime/direct_convolution against ATen on the same inputs: 1 to 3 input
+// runtime/compute/direct_convolution against ATen on the same inputs: 1 to 3 input
 // channels, padding 0 to 2, widths that leave a partial vector (and ones
 // narrower than a vector), with and without bias, float64 to 1e-12 and
 // float32 to 1e-5 relative; the weight gradient against
 // convolution_backward; what it refuses; the convolution operation taking
 // it for a first layer and its weight gradient.
-#include "runtime/direct_convolution.h"
+#include "runtime/compute/direct_convolution.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <string>
 
-#include "runtime/convolution.h"
+#include "runtime/compute/convolution.h"
 
 namespace metafuse::runtime {
 namespace {

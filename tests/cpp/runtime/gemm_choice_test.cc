@@ -1,9 +1,9 @@
-// runtime/gemm_choice: the first product of a shape is timed both ways and
+// runtime/compute/gemm_choice: the first product of a shape is timed both ways and
 // the faster kept, in the process and in a file that other processes read
 // instead of timing again; METAFUSE_SMALL_GEMM overrides it. Also the GEMM
 // operation itself on the operand layouts a batched program gives it (a
 // stack expanded from one matrix, transposed views), against at::bmm.
-#include "runtime/gemm_choice.h"
+#include "runtime/compute/gemm_choice.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -13,8 +13,8 @@
 #include <sstream>
 #include <string>
 
-#include "runtime/gemm.h"
-#include "runtime/program_code.h"
+#include "runtime/compute/gemm.h"
+#include "runtime/program_value/program_code.h"
 
 namespace metafuse::runtime {
 namespace {

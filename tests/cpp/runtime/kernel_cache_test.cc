@@ -1,4 +1,4 @@
-#include "runtime/kernel_cache.h"
+#include "runtime/base/kernel_cache.h"
 
 #include <dirent.h>
 #include <sys/stat.h>

@@ -6,8 +6,8 @@
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#include "runtime/cuda_stream.h"
-#include "runtime/kernel_target.h"
+#include "runtime/cuda/cuda_stream.h"
+#include "runtime/executor/kernel_target.h"
 
 namespace metafuse::runtime {
 namespace {

@@ -2,7 +2,7 @@
 // with a status that says why, so callers can fall back instead of crashing.
 #include <gtest/gtest.h>
 
-#include "runtime/llvm_jit.h"
+#include "runtime/jit/llvm_jit.h"
 
 namespace metafuse::runtime {
 namespace {

@@ -1,8 +1,8 @@
-// runtime/max_pool against ATen's max_pool2d_with_indices: values and
+// runtime/compute/max_pool against ATen's max_pool2d_with_indices: values and
 // indices equal (the same element wins, ties and NaN as ATen), float32 and
 // float64, 2x2 and other windows, odd sizes (the floor drops the last
 // row/column), 3-D inputs; the cases it leaves to ATen; the operation.
-#include "runtime/max_pool.h"
+#include "runtime/compute/max_pool.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

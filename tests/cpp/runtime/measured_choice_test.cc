@@ -1,8 +1,8 @@
-// runtime/measured_choice's RunFastest with fake candidates: the faster one
+// runtime/tuning/measured_choice's RunFastest with fake candidates: the faster one
 // wins and its result is returned, the loser is not run again once the
 // choice is made, a candidate that throws is out of the running, and a key
 // where every candidate throws fails with the first one's error.
-#include "runtime/measured_choice.h"
+#include "runtime/tuning/measured_choice.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

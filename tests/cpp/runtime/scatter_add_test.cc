@@ -1,10 +1,10 @@
-// runtime/scatter_add against ATen's scatter_add along the last dim:
+// runtime/compute/scatter_add against ATen's scatter_add along the last dim:
 // repeated indices (the same bits: additions in index order), float32 and
 // float64, in place and on a copy; the calls it leaves to ATen; an index
 // out of range named; the operation writing into a free `self`; the scatter
 // into fresh zeros (metafuse::scatter_add_into_zeros) against ATen's zeros
 // and scatter_add, through the dispatcher too.
-#include "runtime/scatter_add.h"
+#include "runtime/compute/scatter_add.h"
 
 #include <string>
 

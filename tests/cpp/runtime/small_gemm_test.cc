@@ -1,8 +1,8 @@
-// runtime/small_gemm against a plain triple loop accumulated in long double,
+// runtime/compute/small_gemm against a plain triple loop accumulated in long double,
 // on every instruction set this CPU has, both layouts of both operands,
 // shapes that hit every micro-tile (rows 1-12, 1-3 vectors, partial
 // vectors), the dot-product and outer-product forms, and beta 0 / 1 / other.
-#include "runtime/small_gemm.h"
+#include "runtime/compute/small_gemm.h"
 
 #include <gtest/gtest.h>
 

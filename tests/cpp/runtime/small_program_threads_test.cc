@@ -1,13 +1,13 @@
-// runtime/small_program_threads: a small program runs its operations on one
+// runtime/executor/small_program_threads: a small program runs its operations on one
 // OpenMP thread and restores the count after; a big input, a big fused
 // launch or a convolution keeps the threads.
-#include "runtime/small_program_threads.h"
+#include "runtime/executor/small_program_threads.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <torch/torch.h>
 
-#include "runtime/program.h"
+#include "runtime/executor/program.h"
 
 namespace metafuse::runtime {
 namespace {

@@ -1,7 +1,7 @@
-// runtime/winograd_convolution against ATen's conv2d in float64 on the same
+// runtime/compute/winograd_convolution against ATen's conv2d in float64 on the same
 // float32 inputs: both tiles, every padding it takes, odd sizes (partial
 // tiles), bias, several image blocks; the tile rule; and the refusals.
-#include "runtime/winograd_convolution.h"
+#include "runtime/compute/winograd_convolution.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/convolution.h"
-#include "runtime/gemm.h"
+#include "runtime/compute/convolution.h"
+#include "runtime/compute/gemm.h"
 
 namespace metafuse::runtime {
 namespace {
@@ -60,7 +60,7 @@ TEST(WinogradConvolution, MatchesTheDirectConvolution) {
       {{9, 17, 11, 13}, 19, {1, 1}, false},  // channels not a multiple of the vector width
   };
   // Two threads: the image blocks run in parallel and their GEMMs go to
-  // runtime/small_gemm instead of the BLAS.
+  // runtime/compute/small_gemm instead of the BLAS.
   for (const int threads : {1, 2}) {
   at::set_num_threads(threads);
   for (const Case& c : cases) {
@@ -79,7 +79,7 @@ TEST(WinogradConvolution, MatchesTheDirectConvolution) {
 
 TEST(WinogradConvolution, ABusyBlasGivesTheSameResult) {
   // Another thread in the BLAS (held here): the products go to
-  // runtime/small_gemm instead, with the same result.
+  // runtime/compute/small_gemm instead, with the same result.
   at::manual_seed(4);
   const at::Tensor x = at::randn({8, 32, 14, 14}), w = at::randn({32, 32, 3, 3});
   const at::Tensor free_blas = Conv2dByWinograd(x, w, c10::nullopt, {1, 1}, WinogradTile::kF2);

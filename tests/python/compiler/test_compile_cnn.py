@@ -58,7 +58,7 @@ def test_classifier_matches_eager(make_model, x_shape, optimizer):
 def test_wide_float32_layers_run_winograd_and_match_a_float64_truth():
     """32-channel 3x3 layers with enough output pixels that the runtime
     computes them (and their input and weight gradients) by Winograd's F(2x2)
-    (runtime/winograd_convolution.h): the compiled float32 meta-gradient
+    (runtime/compute/winograd_convolution.h): the compiled float32 meta-gradient
     stays as close to the float64 truth as eager float32's does."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -101,7 +101,7 @@ def test_pooled_relu_output_is_recomputed_not_saved():
     pooling (which keeps only indices) and by ReLU's derivative (as a mask).
     The backward recomputes it from the centered activation it keeps anyway
     and the per-channel scale and shift, saved for it
-    (compiler/rematerialize.h), instead of holding a whole activation from
+    (compiler/specialize/rematerialize.h), instead of holding a whole activation from
     the forward to the backward; the gradient is unchanged."""
     from metafuse._C import _compiler as core
     core.install_memory_meter()
@@ -135,7 +135,7 @@ def test_pooled_relu_output_is_recomputed_not_saved():
     for c, e in zip(got, want):
         torch.testing.assert_close(c, e, rtol=1e-10, atol=1e-10)
     # With the ReLU output read by the pooling alone, the pooling runs in
-    # the BatchNorm-and-ReLU kernel (compiler/fuse_pool_epilogue.h): that
+    # the BatchNorm-and-ReLU kernel (compiler/fusion/fuse_pool_epilogue.h): that
     # activation is not even written.
     [program] = compiled.programs()
     assert program.fusion_report()["forward"]["pooled_kernels"] == 1

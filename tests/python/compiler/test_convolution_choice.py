@@ -1,5 +1,5 @@
 """METAFUSE_CONV_ALGORITHM, read by the compiled programs' convolutions
-(runtime/convolution.h): `measure` (the default) times the algorithms that
+(runtime/compute/convolution.h): `measure` (the default) times the algorithms that
 apply at each shape's first call and keeps the fastest in the kernel cache
 directory; `rules` takes the fixed rules. Both give eager's meta-gradient;
 anything else is an error that names the variable. Each case runs in a fresh

@@ -1,5 +1,5 @@
 """Losses, normalizations, norms, indexing, padding and upsampling the
-compiler writes in its primitive set (compiler/decompose_losses.cc,
+compiler writes in its primitive set (compiler/decompose/decompose_losses.cc,
 decompose_normalization.cc, decompose_indexing.cc, decompose.cc):
 each compiles without falling back, and its value and gradient equal
 eager's in float64 (1e-10); inside metafuse.vmap with an adapt function

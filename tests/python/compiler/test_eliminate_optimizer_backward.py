@@ -1,4 +1,4 @@
-"""Optimizer-backward elimination (compiler/eliminate_optimizer_backward.cc)
+"""Optimizer-backward elimination (compiler/autodiff/eliminate_optimizer_backward.cc)
 under metafuse.compile: a MAML-style function whose inner loop is the
 unfused mf.adam / mf.adamw gives the same adapted params and meta-gradients
 with the pass on and off (METAFUSE_DISABLE_OPTIMIZER_ELIMINATION=1), both

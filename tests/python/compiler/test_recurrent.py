@@ -1,6 +1,6 @@
 """torch's recurrent cells and layers compile: the cells because
-compiler/split_chunks.h makes their chunked, in-place gate arithmetic
-functional, the nn.RNN / GRU / LSTM layers by compiler/decompose_recurrent.cc.
+compiler/decompose/split_chunks.h makes their chunked, in-place gate arithmetic
+functional, the nn.RNN / GRU / LSTM layers by compiler/decompose/decompose_recurrent.cc.
 Values and gradients equal eager's in float64; recurrent policies adapted
 inside metafuse.vmap give the per-task loop's meta-gradient."""
 

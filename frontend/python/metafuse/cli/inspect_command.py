@@ -1,10 +1,12 @@
 """``metafuse inspect ARTIFACT``: what an artifact holds, without running or
 compiling anything: its manifest (kind, versions, inputs, job section),
 member sizes, and per program stage the instructions, operators, fused
-kernels, GEMMs, reductions and buffer plan (metafuse.cli.program_summary)."""
+kernels, GEMMs, reductions and buffer plan (metafuse.cli.program_summary),
+and the measured choices of the process that saved it (metafuse.tuning)."""
 
 import json
 
+from metafuse import tuning as _tuning
 from metafuse.cli import artifacts
 from metafuse.cli.program_summary import summarize
 
@@ -99,4 +101,9 @@ def run(args):
             or "none (compiled from the kernel IR on load)"))
     for stage in summary["stages"]:
         _print_stage(stage, args.kernels)
+    choices = manifest.get("tuning")
+    if choices is not None:
+        print(f"measured choices when saved: {len(choices)}")
+        for line in _tuning.format_report(choices).splitlines():
+            print("  " + line)
     return 0

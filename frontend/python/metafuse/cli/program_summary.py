@@ -2,7 +2,7 @@
 stages (forward, backward), instructions by kind, operators, fused kernels,
 GEMMs, reductions, the buffer plan of fused launches, the guard and the
 versions. Read from ``CompiledProgram.dump()``, the runtime's stable text
-of the value (runtime/program_code.cc), which this parser follows."""
+of the value (runtime/program_value/program_code.cc), which this parser follows."""
 
 import re
 
@@ -33,7 +33,7 @@ def _names(text):
 
 
 def decode_guard(guard):
-    """InputSignature (runtime/program_code.cc) -> one description per input,
+    """InputSignature (runtime/program_value/program_code.cc) -> one description per input,
     e.g. "Float[10, 1] cpu"; [] for a generic program."""
     described, i = [], 0
     while i < len(guard):

@@ -193,7 +193,7 @@ def computed_from_inputs(tensor):
     """Whether, under an fx capture, ``tensor`` is computed from the captured
     function's inputs, so that reading its value would bake this call's
     value into the program (the TorchScript front's optimizer checks this in
-    C++, frontend/optim/basic_transforms.cc)."""
+    C++, frontend/core/optim/basic_transforms.cc)."""
     recorder = _recording[0]
     return (recorder is not None and isinstance(tensor, torch.Tensor)
             and recorder.computed_from_inputs(tensor))

@@ -93,7 +93,7 @@ def records_gradient(leaves):
 def check_devices(leaves):
     """Refuses, before anything is traced, a tensor on a device compiled
     programs cannot take (meta, mps, ...); the program's own check says the
-    same when it runs (runtime/kernel_target.cc, CheckProgramDevice)."""
+    same when it runs (runtime/executor/kernel_target.cc, CheckProgramDevice)."""
     for i, t in enumerate(leaves):
         if isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "cuda"):
             raise RuntimeError(

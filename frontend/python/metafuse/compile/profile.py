@@ -7,6 +7,7 @@ import warnings
 import torch
 
 from metafuse import _C
+from metafuse import tuning as _tuning
 from metafuse import tree as _tree
 from metafuse.compile.compiled import CompiledCallable
 
@@ -21,9 +22,11 @@ class ProfileResult:
     with fusion off; ``fused_us`` / ``unfused_us``: their total instruction
     times; ``chrome_trace``: JSON of the fused run for chrome://tracing or
     Perfetto; ``num_events``: instructions timed in the fused run;
-    ``reports``: per compiled guard, what specialization and fusion did."""
+    ``reports``: per compiled guard, what specialization and fusion did;
+    ``choices``: the measured choices the process made or read
+    (metafuse.tuning.report())."""
 
-    def __init__(self, fused, unfused, reports):
+    def __init__(self, fused, unfused, reports, choices=()):
         self.summary = fused.summary
         self.unfused_summary = unfused.summary
         self.chrome_trace = fused.chrome_trace
@@ -32,13 +35,15 @@ class ProfileResult:
         self.fused_us = _total_us(fused.summary)
         self.unfused_us = _total_us(unfused.summary)
         self.reports = reports
+        self.choices = list(choices)
 
     def __repr__(self):
         ratio = self.unfused_us / self.fused_us if self.fused_us else float("nan")
         return (f"fused {self.fused_us:.1f} us ({self.num_events} instructions) versus "
                 f"unfused {self.unfused_us:.1f} us ({self.unfused_num_events} "
                 f"instructions): {ratio:.2f}x\n"
-                f"--- fused ---\n{self.summary}\n--- unfused ---\n{self.unfused_summary}")
+                f"--- fused ---\n{self.summary}\n--- unfused ---\n{self.unfused_summary}\n"
+                f"--- measured choices ---\n{_tuning.format_report(self.choices)}")
 
 
 def _total_us(summary):
@@ -97,7 +102,8 @@ def profile(fn, *args, backward=True, trace_path=None, quiet=False):
     finally:
         for p, on in zip(programs, enabled):
             p.set_fusion(on)
-    result = ProfileResult(fused, unfused, [p.fusion_report() for p in programs])
+    result = ProfileResult(fused, unfused, [p.fusion_report() for p in programs],
+                           _tuning.report())
     if fused.num_events == 0:
         warnings.warn("metafuse.profile: no compiled instruction ran (did the "
                       "call fall back to eager execution?)", stacklevel=2)

@@ -262,6 +262,11 @@ class BatchedFunction:
             if parallel_s * TASKS_MARGIN < batched_s and parallel_s * PARALLEL_MARGIN < loop_s:
                 record["strategy"] = strategy = "parallel-tasks"
         self._strategies[key] = record
+        _cost_timing.record_choice(
+            "vmap_strategy", f"{getattr(self.fn, '__name__', 'fn')} {size} tasks {str(key[1])[:120]}",
+            strategy, ", ".join(f"{name[:-2]} {record[name] * 1e3:.2f} ms" for name in
+                                ("batched_s", "tasks_s", "calls_s", "parallel_tasks_s")
+                                if name in record))
         if strategy == "batched":
             return batched(*args)
         if strategy == "parallel-tasks":

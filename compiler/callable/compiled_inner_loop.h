@@ -1,0 +1,54 @@
+// The C++ front for inner loops: a traced per-step loss unrolled for K
+// steps of an optimizer, compiled by the pipeline (pipeline.h) into one
+// autograd node whose backward is the compiled meta-backward.
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include "compiler/autodiff/inner_loop.h"
+#include "compiler/pipeline.h"
+#include "compiler/callable/specializing_function.h"
+
+namespace metafuse::compiler {
+
+class CompiledInnerLoop {
+ public:
+  // Compiles a traced per-step loss graph (inputs: params, batch, extras)
+  // through the pipeline (pipeline.h). Throws UnsupportedOp naming the ops
+  // outside the primitive set.
+  static std::shared_ptr<CompiledInnerLoop> Compile(
+      const std::shared_ptr<torch::jit::Graph>& loss_graph,
+      const InnerLoopLayout& layout, const OptimizerSpec& optimizer,
+      bool keep_snapshots = false);
+
+  // Runs the loop. `inputs` = params, batch, extras, [lr tensor(s)]; returns
+  // adapted params (then inner losses): differentiable w.r.t. params, extras
+  // and lr through the compiled meta-backward.
+  std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) const;
+
+  SpecializingFunction& function() const { return *function_; }
+  const InnerLoopLayout& layout() const { return spec_.layout; }
+  const OptimizerSpec& optimizer() const { return spec_.optimizer; }
+
+ private:
+  CompiledInnerLoop() = default;
+  InnerLoopSpec spec_;
+  std::shared_ptr<SpecializingFunction> function_;
+};
+
+// C++ front: traces `loss_fn(params, batch)` on the example tensors with the
+// TorchScript tracer, then compiles it.
+using LossFunction = std::function<at::Tensor(const std::vector<at::Tensor>& params,
+                                              const std::vector<at::Tensor>& batch)>;
+std::shared_ptr<CompiledInnerLoop> CompileInnerLoop(
+    const LossFunction& loss_fn, const std::vector<at::Tensor>& example_params,
+    const std::vector<at::Tensor>& example_batch, const OptimizerSpec& optimizer,
+    int64_t steps, bool return_losses = false);
+
+}  // namespace metafuse::compiler
