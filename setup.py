@@ -4,7 +4,7 @@ Bazel builds as //frontend:_C.so) against the torch that is installed.
 - Sources: tools/extension_sources.txt, the list Bazel's is checked against.
 - LLVM 14 is optional: found through llvm-config-14 (or $LLVM_CONFIG) it is
   linked and METAFUSE_WITH_LLVM=1 is defined; without it, or with
-  METAFUSE_WITH_LLVM=0 in the environment, runtime/llvm_jit_unavailable.cc
+  METAFUSE_WITH_LLVM=0 in the environment, runtime/jit/llvm_jit_unavailable.cc
   stands in and fused CPU kernels go through the C++ printer and the system
   compiler. METAFUSE_WITH_LLVM=1 makes a missing LLVM an error.
 - CUDA sources (NVRTC, nvcc-built kernels) are built exactly when the
@@ -75,12 +75,12 @@ def kernel_math_text(header_path):
         return 'R"mfsrc(\n' + f.read() + ')mfsrc"\n'
 
 
-# Bazel's include_prefix: frontend/optim/BUILD publishes its headers as
+# Bazel's include_prefix: frontend/core/optim/BUILD publishes its headers as
 # "metafuse/optim/...". Here a link in the build directory does the same.
 # nvcc's targets where no GPU is visible to read them from (TORCH_CUDA_ARCH_LIST).
 DEFAULT_CUDA_ARCHITECTURES = "8.0;9.0+PTX"
 
-INCLUDE_PREFIXES = {"metafuse/optim": "frontend/optim"}
+INCLUDE_PREFIXES = {"metafuse/optim": "frontend/core/optim"}
 
 
 class BuildExtension(cpp_extension.BuildExtension):

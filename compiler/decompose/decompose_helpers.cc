@@ -30,7 +30,6 @@ c10::optional<c10::IValue> ConstantOf(Value* v) {
   return torch::jit::toIValue(v);
 }
 
-// Why the last rewrite declined (appended to the op's name in the report).
 thread_local std::string last_rejection;
 
 Value* Reject(const std::string& why) {

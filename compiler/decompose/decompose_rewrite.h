@@ -39,6 +39,9 @@ const MultiRewriteTable& NormalizationMultiRewrites();
 const MultiRewriteTable& RecurrentMultiRewrites();  // decompose_recurrent.cc
 
 // Records why a rewrite declined (shown with the op's name); returns nullptr.
+// Why the last rewrite declined (appended to the op's name in the report);
+// Reject sets it, the pass driver (decompose.cc) reads and clears it.
+extern thread_local std::string last_rejection;
 torch::jit::Value* Reject(const std::string& why);
 
 c10::optional<c10::IValue> ConstantOf(torch::jit::Value* v);

@@ -64,8 +64,9 @@ GemmKernel ChooseGemmKernel(const GemmShape& shape, const std::string& blas_libr
       ChooseMeasured("gemm_choices", Identity(blas_library), shape.Key(), [&](std::string* note) {
         // The BLAS is the default: the micro-kernels must beat it by the
         // rule's margin.
-        const Timing timing = TimeCandidates({{"blas", [&] { time(GemmKernel::kBlas); }},
-                                              {"small", [&] { time(GemmKernel::kSmall); }}});
+        const Timing timing =
+            TimeCandidates({{"blas", nullptr, [&] { return time(GemmKernel::kBlas); }},
+                            {"small", nullptr, [&] { return time(GemmKernel::kSmall); }}});
         *note = timing.note;
         return std::string(timing.winner == 1 ? "small" : "blas");
       });

@@ -39,6 +39,9 @@ inline constexpr TimingRule kTimingRule{};
 struct TimedCandidate {
   std::string name;  // no space, tab or newline
   std::function<void()> run;
+  // Set instead of `run` for a candidate that times itself (a loop of calls
+  // too short to time one by one, as a small GEMM): its seconds per run.
+  std::function<double()> run_timed = nullptr;
 };
 
 struct Timing {

@@ -46,7 +46,10 @@ def test_first_call_times_both_and_keeps_the_rule(monkeypatch):
 @pytest.mark.parametrize("margin", [0.0, 1e9])  # 0: always generic; 1e9: always fused
 def test_either_choice_gives_the_eager_results(monkeypatch, margin):
     monkeypatch.delenv(_fusion_check.VARIABLE, raising=False)
-    monkeypatch.setattr(_fusion_check, "_MARGIN", margin)
+    # The rule's decision, replaced: the generic program wins (margin 0) or
+    # never does (margin 1e9).
+    monkeypatch.setattr(_fusion_check._cost_timing, "beats_default",
+                        lambda rival, default: rival * margin < default)
     net, params, x, y = mlp_and_data()
     loss_fn, adapt = make(net)
     fast = adapt(params, x, y)
