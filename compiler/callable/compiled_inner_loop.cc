@@ -23,8 +23,15 @@ std::vector<at::Tensor> CompiledInnerLoop::operator()(
   const size_t expected = layout.num_params + layout.num_batch + layout.num_extra + num_lr;
   TORCH_CHECK(inputs.size() == expected, "compiled inner loop takes ", expected,
               " tensors (params, batch, extras, [lr]), got ", inputs.size());
+  if (check_fusion_) {
+    std::call_once(fusion_checked_, [&] {
+      fusion_choice_ = CheckFusion(*function_, inputs, "C++ inner loop");
+    });
+  }
   return (*function_)(inputs);
 }
+
+std::optional<FusionChoice> CompiledInnerLoop::fusion_choice() const { return fusion_choice_; }
 
 std::shared_ptr<CompiledInnerLoop> CompileInnerLoop(
     const LossFunction& loss_fn, const std::vector<at::Tensor>& example_params,
@@ -51,7 +58,9 @@ std::shared_ptr<CompiledInnerLoop> CompileInnerLoop(
   layout.num_batch = static_cast<int64_t>(example_batch.size());
   layout.steps = steps;
   layout.return_losses = return_losses;
-  return CompiledInnerLoop::Compile(std::get<0>(traced)->graph, layout, optimizer);
+  auto loop = CompiledInnerLoop::Compile(std::get<0>(traced)->graph, layout, optimizer);
+  loop->check_fusion_ = true;
+  return loop;
 }
 
 }  // namespace metafuse::compiler

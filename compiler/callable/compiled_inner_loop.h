@@ -6,6 +6,7 @@
 #include <functional>
 #include <mutex>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 
 #include "compiler/autodiff/inner_loop.h"
 #include "compiler/pipeline.h"
+#include "compiler/callable/fusion_check.h"
 #include "compiler/callable/specializing_function.h"
 
 namespace metafuse::compiler {
@@ -29,8 +31,13 @@ class CompiledInnerLoop {
 
   // Runs the loop. `inputs` = params, batch, extras, [lr tensor(s)]; returns
   // adapted params (then inner losses): differentiable w.r.t. params, extras
-  // and lr through the compiled meta-backward.
+  // and lr through the compiled meta-backward. A loop made by the C++ front
+  // (CompileInnerLoop) runs the fusion cost check (fusion_check.h) on its
+  // first call; Python's front runs its own (metafuse/_fusion_check.py).
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) const;
+
+  // The fusion check's result, once it ran.
+  std::optional<FusionChoice> fusion_choice() const;
 
   SpecializingFunction& function() const { return *function_; }
   const InnerLoopLayout& layout() const { return spec_.layout; }
@@ -40,6 +47,15 @@ class CompiledInnerLoop {
   CompiledInnerLoop() = default;
   InnerLoopSpec spec_;
   std::shared_ptr<SpecializingFunction> function_;
+  bool check_fusion_ = false;  // set by the C++ front
+  mutable std::once_flag fusion_checked_;
+  mutable std::optional<FusionChoice> fusion_choice_;
+
+  friend std::shared_ptr<CompiledInnerLoop> CompileInnerLoop(
+      const std::function<at::Tensor(const std::vector<at::Tensor>&,
+                                     const std::vector<at::Tensor>&)>& loss_fn,
+      const std::vector<at::Tensor>& example_params, const std::vector<at::Tensor>& example_batch,
+      const OptimizerSpec& optimizer, int64_t steps, bool return_losses);
 };
 
 // C++ front: traces `loss_fn(params, batch)` on the example tensors with the

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "compiler/autodiff/autodiff.h"
+#include "runtime/tuning/measured_choice.h"
 #include "tests/cpp/compiler/eager_unroll.h"
 
 namespace metafuse::compiler {
@@ -65,6 +66,41 @@ TEST(CompiledInnerLoop, AdamMatchesEagerFloat64) {
   o.lr = 0.01;
   o.eps_root = 1e-10;
   ExpectCompiledEqualsEager(o, torch::kFloat64, 1e-10, 1e-12);
+}
+
+// The C++ front runs the fusion cost check on the first call, through the
+// tuning library: a choice, a report line, no gradient on the caller's
+// tensors from the timed calls, and the same numbers as eager either way.
+TEST(CompiledInnerLoop, TheCppFrontRunsTheFusionCheckThroughTheTuningLibrary) {
+  runtime::ClearMeasuredChoicesForTesting();
+  OptimizerSpec o;
+  o.kind = "sgd";
+  o.lr = 0.1;
+  auto params = MakeParams(torch::kFloat64);
+  auto batch = MakeBatch(torch::kFloat64);
+  auto loop = CompileInnerLoop(MlpLoss, params, batch, o, /*steps=*/3);
+  EXPECT_FALSE(loop->fusion_choice().has_value());
+  TensorList inputs = params;
+  inputs.insert(inputs.end(), batch.begin(), batch.end());
+  TensorList adapted = (*loop)(inputs);
+  ASSERT_TRUE(loop->fusion_choice().has_value());
+  const FusionChoice choice = *loop->fusion_choice();
+  EXPECT_GT(choice.fused_seconds, 0);
+  EXPECT_GT(choice.unfused_seconds, 0);
+  EXPECT_EQ(loop->function().fusion(), choice.fusion);
+  for (const auto& p : params) EXPECT_FALSE(p.grad().defined());
+  bool reported = false;
+  for (const runtime::ChoiceRecord& r : runtime::ChoiceReport()) {
+    if (r.table != "fusion") continue;
+    reported = true;
+    EXPECT_EQ(r.key.rfind("C++ inner loop: Double[8, 1]", 0), 0u) << r.key;
+    EXPECT_EQ(r.choice, choice.fusion ? "fused" : "unfused");
+  }
+  EXPECT_TRUE(reported);
+  auto expected = testing::EagerUnroll(MlpLoss, params, batch, o, 3);
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(adapted[i], expected.adapted[i], 1e-10, 1e-12));
+  }
 }
 
 TEST(CompiledInnerLoop, SgdMatchesEagerFloat32) {
