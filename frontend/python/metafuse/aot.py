@@ -148,13 +148,13 @@ def _save(compiled, path, example_args, job_section=None, job_payload=None, runn
                    "closed_over": len(closed)},
         "num_outputs": value.num_outputs,
         "sha256": {name: _sha256(data) for name, data in members.items()},
-        # What the saving process measured and chose (metafuse.tuning):
-        # shown by `metafuse inspect`, not read when loading.
-        "tuning": _tuning.report(),
     }
     if job_section is not None:
         manifest["job"] = job_section
     _check_round_trip(compiled, example_args, manifest, members)
+    # What the saving process measured and chose (metafuse.tuning): shown by
+    # `metafuse inspect`, not read when loading.
+    manifest["tuning"] = _tuning.report()
     _write_atomically(path, manifest, members)
     return manifest
 

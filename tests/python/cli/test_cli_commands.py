@@ -115,6 +115,12 @@ def test_compile_inspect_and_run_a_job(workspace, tmp_path):
     assert [s["name"] for s in stages] == ["forward", "backward"]
     assert sum(len(s["kernels"]) for s in stages) == summary["program"]["kernels"] > 0
     assert summary["manifest"]["job"]["metrics"] == ["loss"]
+    # The saving process's measured choices (metafuse.tuning): at least the
+    # fusion check of the compiled step, shown by inspect.
+    choices = summary["manifest"]["tuning"]
+    assert any(c["table"] == "fusion" and c["choice"] in ("fused", "unfused") for c in choices)
+    assert f"measured choices when saved: {len(choices)}" in shown.stdout
+    assert "fusion: program" in shown.stdout
 
     history = tmp_path / "history.json"
     done = cli("run", job, "--steps", 6, "--json", history, "--save-state", tmp_path / "s.pt")
