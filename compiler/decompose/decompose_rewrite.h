@@ -1,8 +1,10 @@
 // What the decomposition pass (decompose.h) is written with: the rewrite
 // signature, the tables of rewrites by op name (one file per family of ops:
-// decompose.cc for layers, activations and shapes, decompose_losses.cc,
+// decompose_core_ops.cc for layers, activations and shapes,
+// decompose_losses.cc,
 // decompose_normalization.cc, decompose_indexing.cc, decompose_recurrent.cc,
-// decompose_einsum.cc, decompose_attention.cc) and the building blocks they share. Every
+// decompose_einsum.cc, decompose_attention.cc) and the building blocks they
+// share (decompose_helpers.cc); decompose.cc is the pass driver. Every
 // rewrite emits primitive ops only (primitives.h): the pass does not
 // decompose what a rewrite inserts.
 #pragma once

@@ -5,7 +5,7 @@
 // unsafe_chunk / split / unsafe_split / split_with_sizes /
 // unsafe_split_with_sizes / unbind of a tensor of static shape followed by its
 // prim::ListUnpack: each piece becomes a constant_pad_nd with negative pads
-// (decompose.cc's crop; unbind's squeezed). Why: the pieces are then fresh
+// (decompose_helpers.cc's crop; unbind's squeezed). Why: the pieces are then fresh
 // tensors instead of views of their source, so RemoveTensorMutation can make
 // the in-place ops on them functional. torch's GRU and LSTM cells (gru_cell,
 // lstm_cell, which nn.GRUCell, nn.LSTMCell and the nn.GRU / nn.LSTM layers run)

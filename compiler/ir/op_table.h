@@ -5,7 +5,7 @@
 // a test checks both directions), and how the elementwise fuser lowers it
 // (lower_fusion_group.cc), if it does. The primitive check (primitives.h),
 // the autodiff engine's "no gradient" test and the fuser's form lookup are
-// all derived from this table; decomposition (decompose.cc) rewrites traced
+// all derived from this table; decomposition (decompose/) rewrites traced
 // ops into these.
 #pragma once
 
