@@ -13,18 +13,20 @@ LLVM IR, plans, guard) and ``constants.pt`` (the tensors the function closed
 over, a tensor learning rate, and the output structure). Loading checks the
 zip, the format, the LibTorch version and every checksum, then reads the
 program back (which checks every field); any failed check raises
-ArtifactError naming it, and nothing half-loaded is returned. Kernels are
-compiled for the loading machine by the runtime's JIT (or linked from the
-kernel cache), so an artifact moves between x86-64 hosts.
+ArtifactError naming it, and nothing half-loaded is returned. The program
+carries its kernels' host code as well (LLVM object code per kernel and a
+C++/OpenMP shared object per program, ``value.attach_object_code()``):
+loading checks that this CPU runs the x86-64 level it was made for and
+refuses, naming the kernel, where it does not.
 
 A job artifact (``save_job`` / ``load_job``) adds a whole training step
 under the convention ``step(state, *data) -> (new_state, metrics)``, its
 initial state and data batches (``job.pt``), and a ``job`` section in the
-manifest; ``metafuse run job.mfa`` runs it (docs/cli.md). ``read`` checks an
-artifact without making it runnable (``metafuse inspect``).
-
-Not yet here (docs/aot.md): host object code inside the artifact, and the
-C++ runner without Python.
+manifest; ``metafuse run job.mfa`` runs it (docs/cli.md), and so does the C++
+runner without Python (``frontend/metafuse/aot.h``,
+``examples/cpp/maml_aot.cc``). ``read`` checks an artifact without making it
+runnable (``metafuse inspect``, which also shows the measured choices of the
+process that saved it: ``manifest["tuning"]``, metafuse.tuning).
 """
 
 import hashlib
