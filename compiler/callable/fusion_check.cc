@@ -32,6 +32,23 @@ std::string Signature(const std::vector<at::Tensor>& inputs) {
   return out;
 }
 
+// Saves the default CPU generator's state, restores it when destroyed.
+class CpuGeneratorRestored {
+ public:
+  CpuGeneratorRestored() : generator_(at::detail::getDefaultCPUGenerator()) {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    state_ = generator_.get_state();
+  }
+  ~CpuGeneratorRestored() {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    generator_.set_state(state_);
+  }
+
+ private:
+  at::Generator generator_;
+  at::Tensor state_;
+};
+
 }  // namespace
 
 std::optional<FusionChoice> CheckFusion(SpecializingFunction& function,
@@ -59,27 +76,20 @@ std::optional<FusionChoice> CheckFusion(SpecializingFunction& function,
                             /*create_graph=*/false, /*allow_unused=*/true);
     }
   };
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  at::Tensor rng_state;
-  {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    rng_state = generator.get_state();
-  }
   FusionChoice choice;
-  try {
-    function.set_fusion(true);
-    choice.fused_seconds = runtime::SecondsOf(once);
-    function.set_fusion(false);
-    choice.unfused_seconds = runtime::SecondsOf(once);
-  } catch (...) {
-    function.set_fusion(true);
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(rng_state);
-    throw;
-  }
   {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(rng_state);
+    // The CPU generator as the caller left it, whatever the timed calls
+    // drew or threw; fusion back on if they threw.
+    CpuGeneratorRestored restored;
+    try {
+      function.set_fusion(true);
+      choice.fused_seconds = runtime::SecondsOf(once);
+      function.set_fusion(false);
+      choice.unfused_seconds = runtime::SecondsOf(once);
+    } catch (...) {
+      function.set_fusion(true);
+      throw;
+    }
   }
   // The specialized programs are the default: the generic ones must beat
   // them by the rule's margin.

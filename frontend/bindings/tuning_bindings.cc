@@ -38,18 +38,6 @@ void BindTuning(py::module_& parent) {
      "ones; stops after a timed run slower than give_up_above.");
   m.def("beats_default", &BeatsDefault, py::arg("rival_seconds"), py::arg("default_seconds"),
         "Whether a rival replaces the default: faster by the rule's margin.");
-  m.def("choose_in_process",
-        [](const std::string& table, const std::string& key, const py::function& measure) {
-          return ChooseMeasuredInProcess(table, key, [&](std::string* note) {
-            // measure() -> (choice, note)
-            py::tuple result = measure();
-            *note = result[1].cast<std::string>();
-            return result[0].cast<std::string>();
-          });
-        },
-        py::arg("table"), py::arg("key"), py::arg("measure"),
-        "The choice for key in table: this process's, else measure()'s (choice, note), "
-        "recorded in the report.");
   m.def("record",
         [](const std::string& table, const std::string& key, const std::string& choice,
            const std::string& source, const std::string& note) {

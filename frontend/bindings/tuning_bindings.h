@@ -1,5 +1,5 @@
 // Binds the tuning library (runtime/tuning) as metafuse._C._tuning: the
-// timing rule, in-process choices and the report, for the choices Python
+// timing rule and the report, for the choices Python
 // makes (the fusion check, metafuse.vmap's strategy).
 #pragma once
 

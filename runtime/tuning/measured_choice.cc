@@ -100,18 +100,6 @@ std::vector<ChoiceRecord> ChoiceReport() {
   return Report();
 }
 
-std::string ChooseMeasuredInProcess(const std::string& table_name, const std::string& key,
-                                    const std::function<std::string(std::string* note)>& measure) {
-  Table& table = TableNamed(table_name);
-  std::lock_guard<std::mutex> lock(table.mutex);
-  if (auto it = table.choices.find(key); it != table.choices.end()) return it->second;
-  std::string note;
-  const std::string chosen = measure(&note);
-  table.choices.emplace(key, chosen);
-  RecordChoice({table_name, key, chosen, ChoiceSource::kMeasured, note});
-  return chosen;
-}
-
 const std::string& CpuModel() {
   static const std::string model = [] {
     std::ifstream in("/proc/cpuinfo");

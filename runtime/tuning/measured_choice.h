@@ -66,12 +66,6 @@ void RecordChoice(const ChoiceRecord& record);
 // Every choice this process made or read, in the order first made.
 std::vector<ChoiceRecord> ChoiceReport();
 
-// Like ChooseMeasured, for choices that last one process only (no file):
-// the choice for `key` in `table` from this process's table, else
-// `measure`'s, recorded.
-std::string ChooseMeasuredInProcess(const std::string& table, const std::string& key,
-                                    const std::function<std::string(std::string* note)>& measure);
-
 // One way to compute a value, for RunFastest.
 struct Candidate {
   std::string name;  // no space, tab or newline
