@@ -16,6 +16,7 @@
 #include "compiler/fusion/fuse_elementwise.h"
 #include "compiler/fusion/fuse_horizontal.h"
 #include "compiler/autodiff/grad_marker.h"
+#include "compiler/autodiff/inner_loop_body.h"
 #include "compiler/decompose/lower_broadcast.h"
 #include "compiler/lowering/lower_fusion_group.h"
 #include "compiler/lowering/lower_matmul.h"
@@ -200,6 +201,7 @@ std::vector<PipelineStage> PipelineStages() {
   std::vector<PipelineStage> stages;
   for (const GraphPass& pass : PreparePasses()) stages.push_back({"prepare", pass.name, pass.file});
   stages.push_back({"generic", "unroll", "compiler/autodiff/inner_loop.cc"});
+  stages.push_back({"generic", "loop body", "compiler/autodiff/inner_loop_body.cc"});
   stages.push_back({"generic", "autodiff", "compiler/autodiff/autodiff.cc"});
   stages.push_back({"specialize", "specialize shapes", "compiler/specialize/specialize_shapes.cc"});
   stages.push_back({"specialize", "prune saved values", "compiler/pipeline.cc"});
@@ -233,7 +235,12 @@ SplitProgram CompileGeneric(const CompileRequest& request, StageLog* log) {
   Prepare(program, log);
   // unroll
   std::vector<int64_t> differentiable = request.differentiable_inputs;
-  if (request.inner_loop) {
+  if (request.inner_loop && request.inner_loop->layout.looped) {
+    const InnerLoopSpec& loop = *request.inner_loop;
+    RunPass("loop body", "compiler/autodiff/inner_loop_body.cc",
+            [&] { program = BuildInnerLoopBody(*program, loop.layout, loop.optimizer, log); });
+    differentiable = InnerLoopBodyDifferentiableInputs(loop.layout, loop.optimizer);
+  } else if (request.inner_loop) {
     RunPass("unroll", "compiler/autodiff/inner_loop.cc", [&] {
       program = BuildInnerLoopProgram(*program, request.inner_loop->layout,
                                       request.inner_loop->optimizer, log);

@@ -9,6 +9,8 @@
 //               optimizer-backward elimination, gradient markers expanded,
 //               clean-up (CSE, DCE, constants)
 //   unroll      inner loops: K steps of loss -> symbolic gradient -> update
+//   loop body   or, for a looped inner loop, that step once: a body the
+//               runtime runs K times (runtime/executor/loop_node.h)
 //   autodiff    the meta-backward, split into a forward program (returning
 //               the values the backward reads, "saved") and a backward one
 //

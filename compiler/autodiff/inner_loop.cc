@@ -40,6 +40,18 @@ Node* AdamNode(Graph& g, Value* grad, Value* mu, Value* nu, Value* param,
 
 }  // namespace
 
+Value* AppendSgdStep(Graph& g, Value* p, Value* grad, const OptimizerSpec& o, Value* lr) {
+  // p - lr * (+-g + wd p), written in primitives (a tensor lr stays
+  // differentiable).
+  Value* d = o.maximize ? InsertOp(g, "aten::neg", {grad}) : grad;
+  if (o.weight_decay != 0.0) {
+    d = InsertOp(g, "aten::add",
+                 {d, InsertOp(g, "aten::mul", {p, g.insertConstant(o.weight_decay)})});
+  }
+  Value* step = InsertOp(g, "aten::mul", {d, lr != nullptr ? lr : g.insertConstant(o.lr)});
+  return InsertOp(g, "aten::sub", {p, step});
+}
+
 void CleanUp(std::shared_ptr<Graph> graph) {
   torch::jit::EliminateDeadCode(graph);
   torch::jit::EliminateCommonSubexpression(graph);
@@ -107,18 +119,8 @@ std::shared_ptr<Graph> BuildInnerLoopProgram(const Graph& loss_graph,
         nu[i] = node->output(2);
         continue;
       }
-      // SGD: p - lr * (+-g + wd p), written in primitives (a tensor lr stays
-      // differentiable).
-      Value* g = o.maximize ? InsertOp(*program, "aten::neg", {grads[i]}) : grads[i];
-      if (o.weight_decay != 0.0) {
-        g = InsertOp(*program, "aten::add",
-               {g, InsertOp(*program, "aten::mul", {p, program->insertConstant(o.weight_decay)})});
-      }
-      Value* step_value =
-          lr_inputs.empty()
-              ? InsertOp(*program, "aten::mul", {g, program->insertConstant(o.lr)})
-              : InsertOp(*program, "aten::mul", {g, lr_inputs[o.lr_per_param ? i : 0]});
-      params[i] = InsertOp(*program, "aten::sub", {p, step_value});
+      params[i] = AppendSgdStep(*program, p, grads[i], o,
+                                lr_inputs.empty() ? nullptr : lr_inputs[o.lr_per_param ? i : 0]);
     }
   }
   for (Value* p : params) program->registerOutput(p);

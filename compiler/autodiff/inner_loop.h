@@ -37,6 +37,11 @@ struct InnerLoopLayout {
   int64_t num_extra = 0;   // closed-over tensors: differentiated
   int64_t steps = 1;
   bool return_losses = false;
+  // Run as a loop of one compiled step (inner_loop_body.h) instead of K
+  // unrolled copies; then `memory_budget` bounds what the backward keeps
+  // (runtime/executor/loop_node.h's LoopPlan: < 0 every step, 0 auto, bytes).
+  bool looped = false;
+  int64_t memory_budget = -1;
 };
 
 // The forward program: inputs = params, batch, extras, [lr or one lr per
@@ -61,6 +66,13 @@ struct SplitProgram {
 SplitProgram BuildMetaBackward(const std::shared_ptr<torch::jit::Graph>& program,
                                const std::vector<int64_t>& differentiable_inputs,
                                StageLog* log);
+
+// One SGD update of `p` by its gradient, in primitives at the graph's
+// insertion point: p - lr (+-grad + wd p). `lr`: a tensor rate, or nullptr
+// for the spec's constant.
+torch::jit::Value* AppendSgdStep(torch::jit::Graph& graph, torch::jit::Value* p,
+                                 torch::jit::Value* grad, const OptimizerSpec& optimizer,
+                                 torch::jit::Value* lr);
 
 // torch::jit's own clean-up passes: dead code, CSE, constant propagation
 // (of immutable values: tensor constants are the caller's, see inner_loop.cc).

@@ -1,6 +1,9 @@
 #include "compiler/callable/compiled_inner_loop.h"
 
+#include <ATen/ATen.h>
 #include <torch/csrc/jit/frontend/tracer.h>
+
+#include "compiler/autodiff/inner_loop_body.h"
 
 namespace metafuse::compiler {
 std::shared_ptr<CompiledInnerLoop> CompiledInnerLoop::Compile(
@@ -25,10 +28,67 @@ std::vector<at::Tensor> CompiledInnerLoop::operator()(
               " tensors (params, batch, extras, [lr]), got ", inputs.size());
   if (check_fusion_) {
     std::call_once(fusion_checked_, [&] {
-      fusion_choice_ = CheckFusion(*function_, inputs, "C++ inner loop");
+      fusion_choice_ = CheckFusion(*function_, looped() ? BodyInputs(inputs) : inputs,
+                                   "C++ inner loop");
     });
   }
-  return (*function_)(inputs);
+  if (!looped()) return (*function_)(inputs);
+  const std::vector<at::Tensor> body_inputs = BodyInputs(inputs);
+  auto body = function_->ExecutableFor(body_inputs);
+  auto schedule = std::make_shared<runtime::LoopSchedule>();
+  {
+    std::lock_guard<std::mutex> lock(loop_mu_);
+    last_schedule_ = schedule;
+  }
+  return runtime::RunLoopDifferentiable(std::move(body), PlanFor(inputs[0]), inputs,
+                                        std::move(schedule));
+}
+
+std::shared_ptr<const runtime::LoopPlan> CompiledInnerLoop::PlanFor(
+    const at::Tensor& param) const {
+  const auto key = std::make_pair(static_cast<int>(param.scalar_type()), param.device().str());
+  std::lock_guard<std::mutex> lock(loop_mu_);
+  auto& plan = plans_[key];
+  if (plan) return plan;
+  const InnerLoopLayout& layout = spec_.layout;
+  auto made = std::make_shared<runtime::LoopPlan>();
+  made->steps = layout.steps;
+  const int64_t slots = StateSlotsPerParam(spec_.optimizer);
+  for (int64_t s = 0; s < slots; ++s) {
+    for (int64_t i = 0; i < layout.num_params; ++i) made->state_init.push_back({i, s > 0});
+  }
+  const int64_t num_lr = !spec_.optimizer.lr_is_input ? 0
+                         : spec_.optimizer.lr_per_param ? layout.num_params : 1;
+  for (int64_t i = layout.num_params;
+       i < layout.num_params + layout.num_batch + layout.num_extra + num_lr; ++i) {
+    made->fixed_inputs.push_back(i);
+  }
+  if (PerStepInputs(spec_.optimizer) > 0) {
+    made->per_step = AdamTables(spec_.optimizer, layout.steps, param.options());
+  }
+  made->num_results = layout.num_params;
+  made->return_losses = layout.return_losses;
+  made->memory_budget = layout.memory_budget;
+  plan = made;
+  return plan;
+}
+
+std::vector<at::Tensor> CompiledInnerLoop::BodyInputs(
+    const std::vector<at::Tensor>& inputs) const {
+  TORCH_CHECK(looped(), "BodyInputs: this inner loop is unrolled");
+  const auto plan = PlanFor(inputs.at(0));
+  std::vector<at::Tensor> body;
+  for (const auto& slot : plan->state_init) {
+    body.push_back(slot.zeros ? at::zeros_like(inputs[slot.input]) : inputs[slot.input]);
+  }
+  for (int64_t i : plan->fixed_inputs) body.push_back(inputs[i]);
+  for (const at::Tensor& table : plan->per_step) body.push_back(table.select(0, 0));
+  return body;
+}
+
+std::shared_ptr<const runtime::LoopSchedule> CompiledInnerLoop::last_schedule() const {
+  std::lock_guard<std::mutex> lock(loop_mu_);
+  return last_schedule_;
 }
 
 std::optional<FusionChoice> CompiledInnerLoop::fusion_choice() const { return fusion_choice_; }

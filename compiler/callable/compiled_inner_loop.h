@@ -1,9 +1,13 @@
-// The C++ front for inner loops: a traced per-step loss unrolled for K
-// steps of an optimizer, compiled by the pipeline (pipeline.h) into one
-// autograd node whose backward is the compiled meta-backward.
+// The C++ front for inner loops: a traced per-step loss run for K steps of
+// an optimizer, compiled by the pipeline (pipeline.h) into one autograd node
+// whose backward is the compiled meta-backward. Unrolled: one program of K
+// copies of the step. Looped (layout.looped): one compiled step run K times
+// by the runtime's loop node (runtime/executor/loop_node.h), its memory
+// bounded by layout.memory_budget.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <mutex>
 #include <memory>
 #include <optional>
@@ -16,6 +20,7 @@
 #include "compiler/pipeline.h"
 #include "compiler/callable/fusion_check.h"
 #include "compiler/callable/specializing_function.h"
+#include "runtime/executor/loop_node.h"
 
 namespace metafuse::compiler {
 
@@ -39,14 +44,28 @@ class CompiledInnerLoop {
   // The fusion check's result, once it ran.
   std::optional<FusionChoice> fusion_choice() const;
 
+  bool looped() const { return spec_.layout.looped; }
+  // A looped loop's body inputs for step 0 of a call with `inputs` (state:
+  // params and zero moments; fixed; the first per-step values): what its
+  // function() is specialized and fusion-checked on.
+  std::vector<at::Tensor> BodyInputs(const std::vector<at::Tensor>& inputs) const;
+  // The schedule of the last looped run (nullptr before one), its backward's
+  // recomputation counted once that ran.
+  std::shared_ptr<const runtime::LoopSchedule> last_schedule() const;
+
   SpecializingFunction& function() const { return *function_; }
   const InnerLoopLayout& layout() const { return spec_.layout; }
   const OptimizerSpec& optimizer() const { return spec_.optimizer; }
 
  private:
   CompiledInnerLoop() = default;
+  std::shared_ptr<const runtime::LoopPlan> PlanFor(const at::Tensor& param) const;
+
   InnerLoopSpec spec_;
   std::shared_ptr<SpecializingFunction> function_;
+  mutable std::mutex loop_mu_;
+  mutable std::map<std::pair<int, std::string>, std::shared_ptr<const runtime::LoopPlan>> plans_;
+  mutable std::shared_ptr<runtime::LoopSchedule> last_schedule_;
   bool check_fusion_ = false;  // set by the C++ front
   mutable std::once_flag fusion_checked_;
   mutable std::optional<FusionChoice> fusion_choice_;

@@ -73,6 +73,13 @@ std::vector<at::Tensor> SpecializingFunction::operator()(
       Choose(std::vector<c10::IValue>(inputs.begin(), inputs.end())), inputs);
 }
 
+std::shared_ptr<const runtime::ExecutableProgram> SpecializingFunction::ExecutableFor(
+    const std::vector<at::Tensor>& inputs) const {
+  TORCH_CHECK(static_cast<int64_t>(inputs.size()) == num_inputs(), "compiled function takes ",
+              num_inputs(), " tensors, got ", inputs.size());
+  return Choose(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
+}
+
 runtime::CompiledProgram SpecializingFunction::ProgramFor(
     const std::vector<at::Tensor>& inputs) const {
   TORCH_CHECK(static_cast<int64_t>(inputs.size()) == num_inputs(), "compiled function takes ",

@@ -41,6 +41,11 @@ class SpecializingFunction : public std::enable_shared_from_this<SpecializingFun
   // to the inputs through the compiled backward.
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) const;
 
+  // The executable a call with `inputs` runs (what operator() runs as one
+  // autograd node; a looped inner loop runs it as its body).
+  std::shared_ptr<const runtime::ExecutableProgram> ExecutableFor(
+      const std::vector<at::Tensor>& inputs) const;
+
   // The program value a call with `inputs` runs: its specialization (made
   // now if needed) with fusion on, the generic program with fusion off.
   runtime::CompiledProgram ProgramFor(const std::vector<at::Tensor>& inputs) const;

@@ -143,6 +143,26 @@ void BindCompiler(py::module_& parent) {
   // several threads at once (batching.py), and nothing in a run is Python.
   inner_loop.def("__call__", &CompiledInnerLoop::operator(), py::arg("inputs"),
                  py::call_guard<py::gil_scoped_release>());
+  // A looped loop: its body's SpecializingFunction and its step-0 inputs
+  // (what the fusion check times), and the last run's schedule.
+  inner_loop.def_property_readonly("looped", &CompiledInnerLoop::looped)
+      .def("body", [](const CompiledInnerLoop& l) { return l.function().shared_from_this(); })
+      .def("body_inputs", &CompiledInnerLoop::BodyInputs, py::arg("inputs"))
+      .def("schedule", [](const CompiledInnerLoop& l) -> py::object {
+        auto s = l.last_schedule();
+        if (!s) return py::none();
+        py::dict d;
+        d["steps"] = s->steps;
+        d["store_all"] = s->store_all;
+        d["snapshots"] = s->snapshots;
+        d["state_bytes"] = s->state_bytes;
+        d["saved_bytes_per_step"] = s->saved_bytes_per_step;
+        d["planned_recomputed_steps"] = s->planned_recomputed_steps;
+        d["recomputed_steps"] = s->recomputed_steps;
+        d["kept_bytes"] = s->kept_bytes;
+        d["description"] = s->Describe();
+        return d;
+      });
 
   py::class_<SpecializingFunction, std::shared_ptr<SpecializingFunction>> function(
       m, "SpecializingFunction");
@@ -301,16 +321,20 @@ void BindCompiler(py::module_& parent) {
 
   py::class_<InnerLoopLayout>(m, "InnerLoopLayout")
       .def(py::init([](int64_t num_params, int64_t num_batch, int64_t num_extra, int64_t steps,
-                       bool return_losses) {
-             return InnerLoopLayout{num_params, num_batch, num_extra, steps, return_losses};
+                       bool return_losses, bool looped, int64_t memory_budget) {
+             return InnerLoopLayout{num_params, num_batch,     num_extra,    steps,
+                                    return_losses, looped, memory_budget};
            }),
            py::kw_only(), py::arg("num_params"), py::arg("num_batch"), py::arg("num_extra") = 0,
-           py::arg("steps") = 1, py::arg("return_losses") = false)
+           py::arg("steps") = 1, py::arg("return_losses") = false, py::arg("looped") = false,
+           py::arg("memory_budget") = -1)
       .def_readwrite("num_params", &InnerLoopLayout::num_params)
       .def_readwrite("num_batch", &InnerLoopLayout::num_batch)
       .def_readwrite("num_extra", &InnerLoopLayout::num_extra)
       .def_readwrite("steps", &InnerLoopLayout::steps)
-      .def_readwrite("return_losses", &InnerLoopLayout::return_losses);
+      .def_readwrite("return_losses", &InnerLoopLayout::return_losses)
+      .def_readwrite("looped", &InnerLoopLayout::looped)
+      .def_readwrite("memory_budget", &InnerLoopLayout::memory_budget);
 
   py::class_<OptimizerSpec>(m, "OptimizerSpec")
       .def(py::init([](const std::string& kind, double lr, bool lr_is_input, bool lr_per_param,

@@ -30,11 +30,21 @@ ProfileSession::~ProfileSession() { active_session = previous_; }
 
 ProfileSession* ProfileSession::Active() { return active_session; }
 
+ProfileScope::ProfileScope(const std::string& scope) : session_(active_session) {
+  if (session_ == nullptr) return;
+  previous_ = session_->scope_;
+  session_->scope_ = scope;
+}
+
+ProfileScope::~ProfileScope() {
+  if (session_ != nullptr) session_->scope_ = previous_;
+}
+
 void ProfileSession::Record(const std::string& program, const std::string& op,
                             int64_t index, std::chrono::steady_clock::time_point start,
                             std::chrono::steady_clock::time_point end) {
   using us = std::chrono::duration<double, std::micro>;
-  events_.push_back({program, op, index, us(start - origin_).count(),
+  events_.push_back({scope_.empty() ? program : scope_ + "/" + program, op, index, us(start - origin_).count(),
                      us(end - start).count()});
 }
 
@@ -56,11 +66,11 @@ std::string ProfileSession::Summary() const {
   std::sort(sorted.begin(), sorted.end(),
             [](const auto& a, const auto& b) { return a.second.total > b.second.total; });
   std::ostringstream os;
-  os << std::left << std::setw(10) << "program" << std::setw(28) << "op" << std::right
+  os << std::left << std::setw(18) << "program" << std::setw(28) << "op" << std::right
      << std::setw(8) << "calls" << std::setw(12) << "total us" << std::setw(10)
      << "mean us" << std::setw(8) << "share" << "\n";
   for (const auto& [key, r] : sorted) {
-    os << std::left << std::setw(10) << key.first << std::setw(28) << key.second
+    os << std::left << std::setw(18) << key.first << std::setw(28) << key.second
        << std::right << std::setw(8) << r.calls << std::setw(12) << std::fixed
        << std::setprecision(1) << r.total << std::setw(10) << r.total / r.calls
        << std::setw(7) << (all > 0 ? 100.0 * r.total / all : 0.0) << "%\n";

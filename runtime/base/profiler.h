@@ -36,14 +36,34 @@ class ProfileSession {
   // The active session of this thread, or nullptr (the common case: one
   // thread-local load per Program::Run).
   static ProfileSession* Active();
+  // Programs run while a ProfileScope is open are recorded as
+  // "<scope>/<program>" (e.g. "recompute/forward": a looped inner loop's
+  // recomputed steps).
+  const std::string& scope() const { return scope_; }
   void Record(const std::string& program, const std::string& op, int64_t index,
               std::chrono::steady_clock::time_point start,
               std::chrono::steady_clock::time_point end);
 
  private:
+  friend class ProfileScope;
+  std::string scope_;
   std::chrono::steady_clock::time_point origin_;
   std::vector<ProfileEvent> events_;
   ProfileSession* previous_;
+};
+
+// Names the programs recorded while it is open on this thread (nothing when
+// no session is active).
+class ProfileScope {
+ public:
+  explicit ProfileScope(const std::string& scope);
+  ~ProfileScope();
+  ProfileScope(const ProfileScope&) = delete;
+  ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  ProfileSession* session_;
+  std::string previous_;
 };
 
 }  // namespace metafuse::runtime

@@ -1,4 +1,4 @@
-"""compile_inner_loop: an unrolled inner loop compiled into one autograd node.
+"""compile_inner_loop: an inner loop compiled into one autograd node.
 
     adapt = metafuse.compile_inner_loop(loss_fn, metafuse.sgd(0.4), steps=5)
     fast_params = adapt(params, x_support, y_support)
@@ -7,9 +7,15 @@
 ``loss_fn(params, *batch)`` returns the scalar inner loss; ``params`` is any
 pytree of tensors. The per-step loss is captured (capture.py), decomposed
 into metafuse's primitive ops, differentiated symbolically (the inner
-gradients, and the meta-gradient through them), unrolled for ``steps``
-optimizer updates and run by the C++ runtime as a single autograd node whose
-backward is the compiled meta-backward (docs/compiler.md).
+gradients, and the meta-gradient through them), and run by the C++ runtime
+as a single autograd node whose backward is the compiled meta-backward
+(docs/compiler.md). A short loop (``steps`` <= UNROLL_MAX_STEPS) is
+unrolled: one program of ``steps`` copies of the step, fused across steps.
+A longer one, or one given a ``memory`` budget, is looped: the step is
+compiled once and the runtime runs it ``steps`` times, then the reverse
+loop in the backward; with ``memory`` it keeps only snapshots of the inner
+state on a binomial (revolve) schedule and recomputes the steps between
+them (docs/long_horizon.md).
 
 Compiled programs are cached per guard: the tree structures of params and
 batch plus every leaf's shape, dtype and device (and the optimizer). A new
@@ -45,7 +51,47 @@ from metafuse.vmap.function import vmap
 
 _core = _C._compiler
 
-__all__ = ["compile_inner_loop", "CompiledInnerLoop"]
+__all__ = ["compile_inner_loop", "CompiledInnerLoop", "LoopedProgram", "UNROLL_MAX_STEPS"]
+
+# The longest loop unrolled by default: up to here one program of K steps
+# (fused across step boundaries, one launch sequence) is at least as fast as
+# the loop, and its compile time is still small (docs/long_horizon.md).
+UNROLL_MAX_STEPS = 16
+
+
+def _memory_budget(memory):
+    """The C++ layout's memory_budget for ``memory``: -1 keeps every step,
+    0 is "auto", else bytes."""
+    if memory is None:
+        return -1
+    if memory == "auto":
+        return 0
+    if isinstance(memory, bool) or not isinstance(memory, numbers.Integral) or memory <= 0:
+        raise ValueError("compile_inner_loop: `memory` must be None (keep every step), "
+                         f"\"auto\" or a number of bytes > 0, got {memory!r}")
+    return int(memory)
+
+
+class LoopedProgram:
+    """What ``adapt.program(...)`` returns for a looped inner loop: the
+    compiled step (``body``, a CompiledProgram run ``steps`` times) and the
+    schedule the last call chose (``schedule``, a dict: snapshots,
+    recomputed steps, bytes kept). ``dump()`` shows both."""
+
+    def __init__(self, body, schedule):
+        self.body = body
+        self.schedule = schedule
+
+    def dump(self):
+        head = self.schedule["description"] if self.schedule else "loop: not run yet"
+        return f"{head}\n--- body (one step) ---\n{self.body.dump()}"
+
+    def attach_object_code(self):
+        raise RuntimeError("a looped inner loop (more than UNROLL_MAX_STEPS steps, or a "
+                           "`memory` budget) cannot be saved as an artifact yet; compile "
+                           "it with unroll=True to save it")
+
+    serialize = attach_object_code
 
 
 def _leaves_like(spec, tree, what="lr"):
@@ -106,7 +152,7 @@ class CompiledInnerLoop(CompiledBase):
     _api = "metafuse.compile_inner_loop"
     kind = "inner_loop"
 
-    def __init__(self, loss_fn, optimizer, steps, return_losses):
+    def __init__(self, loss_fn, optimizer, steps, return_losses, memory=None, unroll=None):
         super().__init__()
         if not callable(loss_fn):
             raise TypeError("compile_inner_loop: `loss_fn` must be callable")
@@ -120,6 +166,15 @@ class CompiledInnerLoop(CompiledBase):
         self.optimizer = optimizer
         self.steps = int(steps)
         self.return_losses = bool(return_losses)
+        self.memory_budget = _memory_budget(memory)
+        if unroll not in (None, True, False):
+            raise ValueError(f"compile_inner_loop: `unroll` must be None, True or False, "
+                             f"got {unroll!r}")
+        if unroll and memory is not None:
+            raise ValueError("compile_inner_loop: `memory` bounds a looped inner loop; "
+                             "unroll=True keeps every step (drop one of them)")
+        self.looped = (not unroll) if unroll is not None else (
+            memory is not None or self.steps > UNROLL_MAX_STEPS)
         self._fast = None  # the last guard's _FastPath
 
     def __call__(self, params, *batch):
@@ -167,7 +222,11 @@ class CompiledInnerLoop(CompiledBase):
                                   batch_spec, keys, extras, spec, reason)
             self._programs[guard] = entry
             if isinstance(entry, Compiled):
-                self._check_fusion(entry.program, param_leaves + batch_leaves + extras + lr)
+                leaves = param_leaves + batch_leaves + extras + lr
+                if self.looped:  # the body is what fusion changes: time one step
+                    self._check_fusion(entry.program.body(), entry.program.body_inputs(leaves))
+                else:
+                    self._check_fusion(entry.program, leaves)
         if not isinstance(entry, Compiled):
             return self._eager(params, batch)
         program = entry.program
@@ -203,13 +262,39 @@ class CompiledInnerLoop(CompiledBase):
         try:
             layout = _core.InnerLoopLayout(num_params=n_params, num_batch=n_batch,
                                            num_extra=len(extras), steps=self.steps,
-                                           return_losses=self.return_losses)
+                                           return_losses=self.return_losses,
+                                           looped=self.looped,
+                                           memory_budget=self.memory_budget)
             return Compiled(_core.compile(graph, layout, _core.OptimizerSpec(**spec)), None)
         except _core.UnsupportedOp as exc:
             return self._fallback(f"op {exc} is outside the compiler's primitive set")
 
     def _subject(self):
         return "the inner loop"
+
+    def program(self, *args):
+        """The compiled program a call with ``args`` runs, as a value: a
+        CompiledProgram when unrolled; a LoopedProgram (the step's program
+        and the schedule) when looped."""
+        if not self.looped:
+            return super().program(*args)
+        self(*args)
+        entry, leaves = self._entry_and_leaves(args)
+        if not isinstance(entry, Compiled):
+            raise RuntimeError(f"{self._api}: this call runs eagerly ({entry}); "
+                               "there is no compiled program")
+        loop = entry.program
+        return LoopedProgram(loop.program(loop.body_inputs(leaves)), loop.schedule())
+
+    def schedule(self):
+        """The last looped call's schedule (a dict: ``store_all``,
+        ``snapshots``, ``state_bytes``, ``saved_bytes_per_step``,
+        ``planned_recomputed_steps``, ``recomputed_steps`` (counted by the
+        last backward), ``kept_bytes``, ``description``), or None."""
+        fast = self._fast
+        if not self.looped or fast is None:
+            return None
+        return fast.program.schedule()
 
     def _entry_and_leaves(self, args):
         params, batch = args[0], args[1:]
@@ -296,9 +381,10 @@ def _symbolic_gradients(loss, leaves):
     return grad(loss, leaves)
 
 
-def compile_inner_loop(loss_fn, optimizer, steps, *, return_losses=False):
-    """Compiles an unrolled inner loop into one autograd node (see the
-    module docstring).
+def compile_inner_loop(loss_fn, optimizer, steps, *, return_losses=False, memory=None,
+                       unroll=None):
+    """Compiles an inner loop into one autograd node (see the module
+    docstring).
 
     Args:
         loss_fn: ``loss_fn(params, *batch) -> scalar tensor``, the per-step
@@ -307,6 +393,17 @@ def compile_inner_loop(loss_fn, optimizer, steps, *, return_losses=False):
             ``adam`` or ``adamw``; others run eagerly with a warning).
         steps: the number of inner updates, an integer >= 1.
         return_losses: also return the K inner losses.
+        memory: what the meta-backward may keep: None keeps every step's
+            saved values (fastest); "auto" keeps about sqrt(2 steps)
+            snapshots of the inner state (params and optimizer state) and
+            recomputes the steps between them, at most about one extra
+            forward step per step; a number of bytes keeps as many snapshots
+            as fit (an error if not even one does). The meta-gradient has
+            the same bits whatever is kept. Implies a looped loop.
+        unroll: True: one program of ``steps`` copies of the step (its
+            compile time and size grow with ``steps``); False: the step
+            compiled once and run as a loop; None (default): unrolled up to
+            UNROLL_MAX_STEPS steps without ``memory``, looped otherwise.
 
     Returns:
         A CompiledInnerLoop ``adapt``: ``adapt(params, *batch)`` returns the
@@ -314,4 +411,4 @@ def compile_inner_loop(loss_fn, optimizer, steps, *, return_losses=False):
         ``return_losses`` a ``(adapted, losses)`` pair, differentiable with
         respect to ``params``, closed-over tensors and a tensor learning
         rate through the compiled meta-backward."""
-    return CompiledInnerLoop(loss_fn, optimizer, steps, return_losses)
+    return CompiledInnerLoop(loss_fn, optimizer, steps, return_losses, memory, unroll)
