@@ -39,7 +39,8 @@ struct InnerLoopLayout {
   bool return_losses = false;
   // Run as a loop of one compiled step (inner_loop_body.h) instead of K
   // unrolled copies; then `memory_budget` bounds what the backward keeps
-  // (runtime/executor/loop_node.h's LoopPlan: < 0 every step, 0 auto, bytes).
+  // (runtime/program_value/program_code.h's LoopSection: < 0 every step, 0
+  // auto, bytes).
   bool looped = false;
   int64_t memory_budget = -1;
 };

@@ -40,23 +40,39 @@ std::vector<at::Tensor> CompiledInnerLoop::operator()(
     std::lock_guard<std::mutex> lock(loop_mu_);
     last_schedule_ = schedule;
   }
-  return runtime::RunLoopDifferentiable(std::move(body), PlanFor(inputs[0]), inputs,
+  return runtime::RunLoopDifferentiable(std::move(body), LoopFor(inputs[0]), inputs,
                                         std::move(schedule));
 }
 
-std::shared_ptr<const runtime::LoopPlan> CompiledInnerLoop::PlanFor(
+runtime::CompiledProgram CompiledInnerLoop::ProgramFor(
+    const std::vector<at::Tensor>& inputs) const {
+  if (!looped()) return function_->ProgramFor(inputs);
+  runtime::CompiledProgram value = function_->ProgramFor(BodyInputs(inputs));
+  value.loop = *LoopFor(inputs.at(0));
+  value.num_inputs = static_cast<int64_t>(inputs.size());
+  value.num_outputs = spec_.layout.num_params + (spec_.layout.return_losses ? spec_.layout.steps : 0);
+  value.differentiable_inputs = InnerLoopDifferentiableInputs(spec_);
+  value.guard = runtime::InputSignature(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
+  return value;
+}
+
+std::shared_ptr<const runtime::LoopSection> CompiledInnerLoop::LoopFor(
     const at::Tensor& param) const {
   const auto key = std::make_pair(static_cast<int>(param.scalar_type()), param.device().str());
   std::lock_guard<std::mutex> lock(loop_mu_);
-  auto& plan = plans_[key];
+  auto& plan = loops_[key];
   if (plan) return plan;
   const InnerLoopLayout& layout = spec_.layout;
-  auto made = std::make_shared<runtime::LoopPlan>();
+  auto made = std::make_shared<runtime::LoopSection>();
   made->steps = layout.steps;
   const int64_t slots = StateSlotsPerParam(spec_.optimizer);
   for (int64_t s = 0; s < slots; ++s) {
-    for (int64_t i = 0; i < layout.num_params; ++i) made->state_init.push_back({i, s > 0});
+    for (int64_t i = 0; i < layout.num_params; ++i) {
+      made->state_inputs.push_back(i);
+      made->state_zeros.push_back(s > 0 ? 1 : 0);
+    }
   }
+  made->body_differentiable_inputs = InnerLoopBodyDifferentiableInputs(layout, spec_.optimizer);
   const int64_t num_lr = !spec_.optimizer.lr_is_input ? 0
                          : spec_.optimizer.lr_per_param ? layout.num_params : 1;
   for (int64_t i = layout.num_params;
@@ -76,10 +92,11 @@ std::shared_ptr<const runtime::LoopPlan> CompiledInnerLoop::PlanFor(
 std::vector<at::Tensor> CompiledInnerLoop::BodyInputs(
     const std::vector<at::Tensor>& inputs) const {
   TORCH_CHECK(looped(), "BodyInputs: this inner loop is unrolled");
-  const auto plan = PlanFor(inputs.at(0));
+  const auto plan = LoopFor(inputs.at(0));
   std::vector<at::Tensor> body;
-  for (const auto& slot : plan->state_init) {
-    body.push_back(slot.zeros ? at::zeros_like(inputs[slot.input]) : inputs[slot.input]);
+  for (size_t i = 0; i < plan->state_inputs.size(); ++i) {
+    const at::Tensor& from = inputs[plan->state_inputs[i]];
+    body.push_back(plan->state_zeros[i] ? at::zeros_like(from) : from);
   }
   for (int64_t i : plan->fixed_inputs) body.push_back(inputs[i]);
   for (const at::Tensor& table : plan->per_step) body.push_back(table.select(0, 0));
@@ -96,7 +113,7 @@ std::optional<FusionChoice> CompiledInnerLoop::fusion_choice() const { return fu
 std::shared_ptr<CompiledInnerLoop> CompileInnerLoop(
     const LossFunction& loss_fn, const std::vector<at::Tensor>& example_params,
     const std::vector<at::Tensor>& example_batch, const OptimizerSpec& optimizer,
-    int64_t steps, bool return_losses) {
+    int64_t steps, bool return_losses, bool looped, int64_t memory_budget) {
   TORCH_CHECK(steps >= 1, "CompileInnerLoop: `steps` must be >= 1, got ", steps);
   std::vector<c10::IValue> inputs;
   for (const auto& t : example_params) inputs.push_back(t.detach());
@@ -118,6 +135,8 @@ std::shared_ptr<CompiledInnerLoop> CompileInnerLoop(
   layout.num_batch = static_cast<int64_t>(example_batch.size());
   layout.steps = steps;
   layout.return_losses = return_losses;
+  layout.looped = looped;
+  layout.memory_budget = memory_budget;
   auto loop = CompiledInnerLoop::Compile(std::get<0>(traced)->graph, layout, optimizer);
   loop->check_fusion_ = true;
   return loop;

@@ -49,6 +49,10 @@ class CompiledInnerLoop {
   // params and zero moments; fixed; the first per-step values): what its
   // function() is specialized and fusion-checked on.
   std::vector<at::Tensor> BodyInputs(const std::vector<at::Tensor>& inputs) const;
+  // The program value a call with `inputs` runs: the unrolled program, or
+  // the looped loop's body with its loop section (what metafuse.aot saves).
+  runtime::CompiledProgram ProgramFor(const std::vector<at::Tensor>& inputs) const;
+
   // The schedule of the last looped run (nullptr before one), its backward's
   // recomputation counted once that ran.
   std::shared_ptr<const runtime::LoopSchedule> last_schedule() const;
@@ -59,12 +63,13 @@ class CompiledInnerLoop {
 
  private:
   CompiledInnerLoop() = default;
-  std::shared_ptr<const runtime::LoopPlan> PlanFor(const at::Tensor& param) const;
+  std::shared_ptr<const runtime::LoopSection> LoopFor(const at::Tensor& param) const;
 
   InnerLoopSpec spec_;
   std::shared_ptr<SpecializingFunction> function_;
   mutable std::mutex loop_mu_;
-  mutable std::map<std::pair<int, std::string>, std::shared_ptr<const runtime::LoopPlan>> plans_;
+  mutable std::map<std::pair<int, std::string>, std::shared_ptr<const runtime::LoopSection>>
+      loops_;
   mutable std::shared_ptr<runtime::LoopSchedule> last_schedule_;
   bool check_fusion_ = false;  // set by the C++ front
   mutable std::once_flag fusion_checked_;
@@ -74,16 +79,19 @@ class CompiledInnerLoop {
       const std::function<at::Tensor(const std::vector<at::Tensor>&,
                                      const std::vector<at::Tensor>&)>& loss_fn,
       const std::vector<at::Tensor>& example_params, const std::vector<at::Tensor>& example_batch,
-      const OptimizerSpec& optimizer, int64_t steps, bool return_losses);
+      const OptimizerSpec& optimizer, int64_t steps, bool return_losses, bool looped,
+      int64_t memory_budget);
 };
 
 // C++ front: traces `loss_fn(params, batch)` on the example tensors with the
-// TorchScript tracer, then compiles it.
+// TorchScript tracer, then compiles it; `looped` and `memory_budget` as in
+// InnerLoopLayout (unrolled by default).
 using LossFunction = std::function<at::Tensor(const std::vector<at::Tensor>& params,
                                               const std::vector<at::Tensor>& batch)>;
 std::shared_ptr<CompiledInnerLoop> CompileInnerLoop(
     const LossFunction& loss_fn, const std::vector<at::Tensor>& example_params,
     const std::vector<at::Tensor>& example_batch, const OptimizerSpec& optimizer,
-    int64_t steps, bool return_losses = false);
+    int64_t steps, bool return_losses = false, bool looped = false,
+    int64_t memory_budget = -1);
 
 }  // namespace metafuse::compiler

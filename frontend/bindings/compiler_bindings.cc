@@ -110,8 +110,8 @@ void BindFunctionMethods(Class& cls, Get get) {
       })
       // The program value a call with `inputs` runs (specialized to them
       // with fusion on).
-      .def("program", [get](const Self& self, const std::vector<at::Tensor>& inputs) {
-        return get(self).ProgramFor(inputs);
+      .def("program", [](const Self& self, const std::vector<at::Tensor>& inputs) {
+        return self.ProgramFor(inputs);  // a looped inner loop's carries its loop
       }, py::arg("inputs"))
       // {"forward"|"backward": (nodes, flops)} of the unfused programs, run
       // once on `inputs` (cotangents of ones) to learn every value's size.
@@ -182,6 +182,9 @@ void BindCompiler(py::module_& parent) {
       .def_readonly("num_outputs", &runtime::CompiledProgram::num_outputs)
       .def_readonly("differentiable_inputs", &runtime::CompiledProgram::differentiable_inputs)
       .def_readonly("versions", &runtime::CompiledProgram::versions)
+      // A looped inner loop's program: its steps (0 for any other program).
+      .def_property_readonly("loop_steps",
+                             [](const runtime::CompiledProgram& p) { return p.loop.steps; })
       .def_property_readonly("num_kernels", [](const runtime::CompiledProgram& p) {
         return p.forward.kernels.size() + p.backward.kernels.size();
       })

@@ -1,4 +1,5 @@
 #include "runtime/executor/autograd_node.h"
+#include "runtime/executor/loop_node.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -104,32 +105,15 @@ struct ProgramNode : public torch::autograd::Function<ProgramNode> {
 
 }  // namespace
 
-ExecutableProgram::ExecutableProgram(CompiledProgram program)
-    : num_inputs(program.num_inputs),
-      num_outputs(program.num_outputs),
-      differentiable_inputs(std::move(program.differentiable_inputs)),
-      guard(std::move(program.guard)),
-      forward(std::move(program.forward)),
-      backward(std::move(program.backward)),
-      versions(std::move(program.versions)) {}
-
-CompiledProgram ExecutableProgram::Value() const {
-  CompiledProgram p;
-  p.forward = forward.code();
-  p.backward = backward.code();
-  p.num_inputs = num_inputs;
-  p.num_outputs = num_outputs;
-  p.differentiable_inputs = differentiable_inputs;
-  p.guard = guard;
-  p.versions = versions;
-  return p;
-}
-
 std::vector<at::Tensor> RunDifferentiable(std::shared_ptr<const ExecutableProgram> program,
                                           const std::vector<at::Tensor>& inputs,
                                           std::vector<c10::IValue> forward_outputs) {
   TORCH_CHECK(static_cast<int64_t>(inputs.size()) == program->num_inputs,
               "compiled program takes ", program->num_inputs, " tensors, got ", inputs.size());
+  if (program->loop.steps > 0) {
+    std::shared_ptr<const LoopSection> loop(program, &program->loop);  // shares ownership
+    return RunLoopDifferentiable(std::move(program), std::move(loop), inputs);
+  }
   auto holder = c10::make_intrusive<Holder>();
   holder->program = std::move(program);
   holder->forward_outputs = std::move(forward_outputs);

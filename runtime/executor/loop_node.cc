@@ -10,7 +10,7 @@
 #include <torch/csrc/autograd/graph_task.h>
 
 #include "runtime/base/profiler.h"
-#include "runtime/executor/revolve_schedule.h"
+#include "runtime/base/revolve_schedule.h"
 
 namespace metafuse::runtime {
 namespace {
@@ -40,10 +40,11 @@ struct TensorMeta {
 // Everything one run keeps between its forward and its backward.
 struct LoopRun : torch::CustomClassHolder {
   std::shared_ptr<const ExecutableProgram> body;
-  std::shared_ptr<const LoopPlan> plan;
+  std::shared_ptr<const LoopSection> plan;
   std::shared_ptr<LoopSchedule> schedule;
   int64_t num_state = 0;
   Values fixed;                      // the body's fixed inputs
+  std::vector<at::Tensor> tables;    // the per-step tables, on the inputs' device
   std::vector<TensorMeta> state_meta;  // for zero cotangents
   std::vector<TensorMeta> loss_meta;
   bool store_all = true;
@@ -55,7 +56,7 @@ struct LoopRun : torch::CustomClassHolder {
   Values BodyInputs(const Values& state, int64_t k) const {
     Values in = state;
     in.insert(in.end(), fixed.begin(), fixed.end());
-    for (const at::Tensor& table : plan->per_step) in.push_back(table.select(0, k));
+    for (const at::Tensor& table : tables) in.push_back(table.select(0, k));
     return in;
   }
   Values RunStep(const Values& state, int64_t k) const {
@@ -149,7 +150,7 @@ class ReverseSweep {
     in.push_back(cot_losses_[k]);
     Values grads = run_.body->backward.Run(std::move(in));
     Values next(num_state);
-    const auto& diff = run_.body->differentiable_inputs;
+    const auto& diff = run_.plan->body_differentiable_inputs;
     for (size_t j = 0; j < diff.size(); ++j) {
       const int64_t index = diff[j];
       if (index < num_state) {
@@ -174,16 +175,19 @@ class ReverseSweep {
 struct LoopNode : public torch::autograd::Function<LoopNode> {
   static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<LoopRun> run,
                                at::TensorList inputs) {
-    const LoopPlan& plan = *run->plan;
+    const LoopSection& plan = *run->plan;
     run->num_inputs = static_cast<int64_t>(inputs.size());
-    run->num_state = static_cast<int64_t>(plan.state_init.size());
+    run->num_state = static_cast<int64_t>(plan.state_inputs.size());
     Values state;
-    for (const LoopPlan::StateSlot& slot : plan.state_init) {
-      const at::Tensor& t = inputs[slot.input];
-      state.push_back(slot.zeros ? at::zeros_like(t) : t);
+    for (int64_t i = 0; i < run->num_state; ++i) {
+      const at::Tensor& t = inputs[plan.state_inputs[i]];
+      state.push_back(plan.state_zeros[i] ? at::zeros_like(t) : t);
       run->state_meta.emplace_back(t);
     }
     for (int64_t i : plan.fixed_inputs) run->fixed.push_back(inputs[i]);
+    for (const at::Tensor& table : plan.per_step) {  // an artifact's are on the CPU
+      run->tables.push_back(table.to(inputs[plan.state_inputs.at(0)].device()));
+    }
 
     const int64_t steps = plan.steps;
     const int64_t num_state = run->num_state;
@@ -253,7 +257,7 @@ struct LoopNode : public torch::autograd::Function<LoopNode> {
   }
 
   static void Decide(LoopRun& run, LoopSchedule* schedule) {
-    const LoopPlan& plan = *run.plan;
+    const LoopSection& plan = *run.plan;
     const int64_t steps = plan.steps;
     const int64_t all_bytes = steps * schedule->saved_bytes_per_step;
     int64_t snapshots = 0;
@@ -295,7 +299,7 @@ struct LoopNode : public torch::autograd::Function<LoopNode> {
     auto run = c10::static_intrusive_pointer_cast<LoopRun>(ctx->saved_data["run"].toCapsule());
     const bool keep = torch::autograd::get_current_graph_task_keep_graph();
     if (!keep) ctx->saved_data.erase("run");
-    const LoopPlan& plan = *run->plan;
+    const LoopSection& plan = *run->plan;
     const int64_t num_state = run->num_state;
 
     Values cot_state(num_state);
@@ -320,9 +324,8 @@ struct LoopNode : public torch::autograd::Function<LoopNode> {
 
     variable_list result(1 + run->num_inputs);  // [run], then one per input
     for (int64_t i = 0; i < num_state; ++i) {
-      const LoopPlan::StateSlot& slot = plan.state_init[i];
-      if (slot.zeros || !sweep.cot_state()[i].isTensor()) continue;
-      at::Tensor& r = result[1 + slot.input];
+      if (plan.state_zeros[i] || !sweep.cot_state()[i].isTensor()) continue;
+      at::Tensor& r = result[1 + plan.state_inputs[i]];
       const at::Tensor g = sweep.cot_state()[i].toTensor();
       r = r.defined() ? r + g : g;
     }
@@ -353,30 +356,35 @@ std::string LoopSchedule::Describe() const {
 }
 
 std::vector<at::Tensor> RunLoopDifferentiable(std::shared_ptr<const ExecutableProgram> body,
-                                              std::shared_ptr<const LoopPlan> plan,
+                                              std::shared_ptr<const LoopSection> loop,
                                               const std::vector<at::Tensor>& inputs,
                                               std::shared_ptr<LoopSchedule> schedule) {
-  TORCH_CHECK(plan->steps >= 1, "compiled inner loop: steps must be >= 1");
-  const int64_t num_state = static_cast<int64_t>(plan->state_init.size());
-  TORCH_CHECK(body->num_inputs == num_state + static_cast<int64_t>(plan->fixed_inputs.size() +
-                                                                   plan->per_step.size()),
-              "compiled inner loop: the body takes ", body->num_inputs,
-              " inputs, the plan gives it ",
-              num_state + plan->fixed_inputs.size() + plan->per_step.size());
-  TORCH_CHECK(body->num_outputs == num_state + 1, "compiled inner loop: the body returns ",
-              body->num_outputs, " values, expected the next state (", num_state,
-              ") and the loss");
-  for (const LoopPlan::StateSlot& slot : plan->state_init) {
-    TORCH_CHECK(slot.input >= 0 && slot.input < static_cast<int64_t>(inputs.size()),
-                "compiled inner loop: state input ", slot.input, " out of range");
+  const LoopSection& plan = *loop;
+  TORCH_CHECK(plan.steps >= 1, "compiled inner loop: steps must be >= 1");
+  const int64_t num_state = static_cast<int64_t>(plan.state_inputs.size());
+  const size_t body_inputs = num_state + plan.fixed_inputs.size() + plan.per_step.size();
+  TORCH_CHECK(body->forward.num_inputs() == body_inputs, "compiled inner loop: the body takes ",
+              body->forward.num_inputs(), " inputs, the loop gives it ", body_inputs);
+  TORCH_CHECK(body->forward.num_outputs() >= static_cast<size_t>(num_state + 1),
+              "compiled inner loop: the body returns ", body->forward.num_outputs(),
+              " values, expected the next state (", num_state, "), the loss and saved values");
+  TORCH_CHECK(plan.state_zeros.size() == plan.state_inputs.size(),
+              "compiled inner loop: state_zeros and state_inputs differ in length");
+  for (int64_t i : plan.state_inputs) {
+    TORCH_CHECK(i >= 0 && i < static_cast<int64_t>(inputs.size()),
+                "compiled inner loop: state input ", i, " out of range");
   }
-  for (const at::Tensor& table : plan->per_step) {
-    TORCH_CHECK(table.dim() >= 1 && table.size(0) >= plan->steps,
+  for (int64_t i : plan.fixed_inputs) {
+    TORCH_CHECK(i >= 0 && i < static_cast<int64_t>(inputs.size()),
+                "compiled inner loop: fixed input ", i, " out of range");
+  }
+  for (const at::Tensor& table : plan.per_step) {
+    TORCH_CHECK(table.dim() >= 1 && table.size(0) >= plan.steps,
                 "compiled inner loop: a per-step table has fewer rows than steps");
   }
   auto run = c10::make_intrusive<LoopRun>();
   run->body = std::move(body);
-  run->plan = std::move(plan);
+  run->plan = std::move(loop);
   run->schedule = schedule ? std::move(schedule) : std::make_shared<LoopSchedule>();
   return LoopNode::apply(run, at::TensorList(inputs));
 }

@@ -4,6 +4,8 @@
 
 #include <torch/version.h>
 
+#include "runtime/base/revolve_schedule.h"
+
 namespace metafuse::runtime {
 namespace {
 
@@ -177,6 +179,26 @@ std::string Dump(const CompiledProgram& program) {
   List(os, program.guard);
   os << "\n";
   for (const auto& [k, v] : program.versions) os << "  version " << k << ": " << v << "\n";
+  const LoopSection& loop = program.loop;
+  if (loop.steps > 0) {
+    os << "loop: " << loop.steps << " steps of the body below; memory ";
+    if (loop.memory_budget < 0) {
+      os << "every step's saved values kept";
+    } else if (loop.memory_budget == 0) {
+      os << "auto (binomial checkpointing, " << AutoSnapshots(loop.steps) << " snapshots)";
+    } else {
+      os << loop.memory_budget << " bytes (binomial checkpointing, snapshots as fit)";
+    }
+    os << "\n  state from inputs ";
+    List(os, loop.state_inputs);
+    os << " zeros ";
+    List(os, loop.state_zeros);
+    os << "\n  fixed inputs ";
+    List(os, loop.fixed_inputs);
+    os << "\n  per-step tables " << loop.per_step.size() << ", body gradients ";
+    List(os, loop.body_differentiable_inputs);
+    os << "\n  results " << loop.num_results << (loop.return_losses ? " and losses" : "") << "\n";
+  }
   os << Dump(program.forward) << Dump(program.backward);
   return os.str();
 }

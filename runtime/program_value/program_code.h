@@ -153,6 +153,28 @@ struct ProgramCode {
 // sizes and strides of every tensor input, the value of every integer input.
 std::vector<int64_t> InputSignature(const std::vector<c10::IValue>& inputs);
 
+// A looped inner loop (runtime/executor/loop_node.h): the value's forward
+// and backward programs are one step (the body), run `steps` times. The
+// body's inputs are the state slots, the fixed inputs, then one value per
+// per-step table; its outputs the next state and the step's loss, then its
+// saved values.
+struct LoopSection {
+  int64_t steps = 0;  // 0: the value is not a loop
+  // Per state slot: the loop input it starts from, and whether it starts as
+  // zeros like that input (an optimizer's moments) instead.
+  std::vector<int64_t> state_inputs;
+  std::vector<int64_t> state_zeros;  // 0 or 1
+  std::vector<int64_t> fixed_inputs;  // per fixed body input: the loop input
+  std::vector<at::Tensor> per_step;   // [steps, ...]: row k is step k's value
+  // The body's gradients, in order: state slots first, then fixed inputs.
+  std::vector<int64_t> body_differentiable_inputs;
+  int64_t num_results = 0;     // the loop's outputs: the first state slots,
+  bool return_losses = false;  // then the K losses
+  // What the backward may keep: < 0 every step's saved values, 0 "auto"
+  // (AutoSnapshots), > 0 bytes (revolve_schedule.h).
+  int64_t memory_budget = -1;
+};
+
 struct CompiledProgram {
   ProgramCode forward;   // inputs -> outputs [0, num_outputs), then saved values
   ProgramCode backward;  // saved..., cotangents... -> gradients
@@ -164,6 +186,9 @@ struct CompiledProgram {
   std::vector<int64_t> guard;
   // What produced it: format, metafuse, LibTorch, LLVM, host CPU.
   std::map<std::string, std::string> versions;
+  // Set (steps > 0): forward and backward are a loop's body; num_inputs,
+  // num_outputs and differentiable_inputs are the loop's.
+  LoopSection loop;
 };
 
 // The versions a program made in this process records.

@@ -14,7 +14,8 @@ using List = c10::impl::GenericList;
 constexpr const char* kMagic = "metafuse-program";
 // 2: wrapped-number flags; 3: kernels' host object code; 4: kernels' CUDA
 // source; 5: programs' C++/OpenMP shared objects
-constexpr int64_t kFormat = 7;  // 6: launches' reductions and scratch outputs; 7: pooled launches
+constexpr int64_t kFormat = 8;  // 6: launches' reductions and scratch outputs; 7: pooled launches;
+                                // 8: the loop section
 
 // ---- writing: every struct is a list of its fields, in declaration order.
 
@@ -416,6 +417,75 @@ ProgramCode ReadProgram(Reader& r) {
   return p;
 }
 
+List WriteLoop(const LoopSection& loop) {
+  List l = NewList();
+  l.push_back(loop.steps);
+  l.push_back(Ints(loop.state_inputs));
+  l.push_back(Ints(loop.state_zeros));
+  l.push_back(Ints(loop.fixed_inputs));
+  List tables = NewList();
+  for (const at::Tensor& t : loop.per_step) tables.push_back(t.contiguous().cpu());
+  l.push_back(tables);
+  l.push_back(Ints(loop.body_differentiable_inputs));
+  l.push_back(loop.num_results);
+  l.push_back(loop.return_losses);
+  l.push_back(loop.memory_budget);
+  return l;
+}
+
+// The loop section, checked against the program it belongs to: every index
+// in range, one table row per step.
+LoopSection ReadLoop(Reader& r, const CompiledProgram& p) {
+  LoopSection loop;
+  loop.steps = r.Int("steps");
+  loop.state_inputs = r.Ints("state_inputs");
+  loop.state_zeros = r.Ints("state_zeros");
+  loop.fixed_inputs = r.Ints("fixed_inputs");
+  const IValue& tables = r.Next("per_step");
+  if (!tables.isList()) throw Reader::Bad(r.Here() + " is not a list of tensors");
+  for (const IValue& t : tables.toListRef()) {
+    if (!t.isTensor() || t.toTensor().dim() < 1) {
+      throw Reader::Bad(r.Here() + " holds something other than a table tensor");
+    }
+    loop.per_step.push_back(t.toTensor());
+  }
+  loop.body_differentiable_inputs = r.Ints("body_differentiable_inputs");
+  loop.num_results = r.Int("num_results");
+  loop.return_losses = r.Bool("return_losses");
+  loop.memory_budget = r.Int("memory_budget");
+  if (loop.steps == 0) return loop;
+  const int64_t num_state = static_cast<int64_t>(loop.state_inputs.size());
+  const int64_t body_inputs =
+      num_state + static_cast<int64_t>(loop.fixed_inputs.size() + loop.per_step.size());
+  auto check = [&](bool ok, const std::string& what) {
+    if (!ok) throw Reader::Bad("program.loop: " + what);
+  };
+  check(loop.steps > 0, absl::StrCat("steps ", loop.steps, " is not positive"));
+  check(loop.state_zeros.size() == loop.state_inputs.size(),
+        "state_zeros and state_inputs differ in length");
+  for (int64_t i : loop.state_inputs) {
+    check(i >= 0 && i < p.num_inputs, absl::StrCat("state input ", i, " out of range"));
+  }
+  for (int64_t i : loop.fixed_inputs) {
+    check(i >= 0 && i < p.num_inputs, absl::StrCat("fixed input ", i, " out of range"));
+  }
+  for (const at::Tensor& t : loop.per_step) {
+    check(t.size(0) >= loop.steps, "a per-step table has fewer rows than steps");
+  }
+  for (int64_t i : loop.body_differentiable_inputs) {
+    check(i >= 0 && i < body_inputs, absl::StrCat("body gradient of input ", i, " out of range"));
+  }
+  check(loop.num_results >= 0 && loop.num_results <= num_state, "num_results out of range");
+  check(static_cast<int64_t>(p.forward.input_registers.size()) == body_inputs,
+        "the body's forward does not take the state, fixed and per-step inputs");
+  check(static_cast<int64_t>(p.forward.output_registers.size()) >= num_state + 1,
+        "the body's forward does not return the next state and the loss");
+  check(static_cast<int64_t>(p.backward.output_registers.size()) ==
+            static_cast<int64_t>(loop.body_differentiable_inputs.size()),
+        "the body's backward does not return one gradient per body gradient input");
+  return loop;
+}
+
 }  // namespace
 
 std::string SerializeProgram(const CompiledProgram& program) {
@@ -434,6 +504,7 @@ std::string SerializeProgram(const CompiledProgram& program) {
   root.push_back(Ints(program.guard));
   root.push_back(Write(program.forward));
   root.push_back(Write(program.backward));
+  root.push_back(WriteLoop(program.loop));
   std::vector<char> bytes = torch::jit::pickle_save(root);
   return std::string(bytes.begin(), bytes.end());
 }
@@ -478,6 +549,8 @@ absl::StatusOr<CompiledProgram> DeserializeProgram(const std::string& bytes) {
     p.forward = ReadProgram(fr);
     Reader br(r.Next("backward"), "backward");
     p.backward = ReadProgram(br);
+    Reader lr(r.Next("loop"), "loop");
+    p.loop = ReadLoop(lr, p);
     return p;
   } catch (const Reader::Bad& e) {
     return absl::DataLossError(absl::StrCat("compiled program: ", e.what(), "; recompile it"));

@@ -228,5 +228,53 @@ TEST(ProgramValue, SharedObjectsRoundTripAndRunWithoutACompiler) {
   unsetenv("METAFUSE_CXX");
 }
 
+// A looped inner loop's value carries its loop: it round-trips exactly, and
+// the loaded program runs the loop (checkpointed under its memory setting)
+// with the live loop's bits. A loop section that points outside the
+// program's inputs is refused.
+TEST(ProgramValue, LoopedInnerLoopRoundTripsAndRunsItsLoop) {
+  Task task = MakeTask();
+  OptimizerSpec adam;
+  adam.kind = "adam";
+  adam.lr = 0.01;
+  auto stored = CompileInnerLoop(MlpLoss, task.params, task.batch, adam, /*steps=*/30,
+                                 /*return_losses=*/false, /*looped=*/true, /*memory=*/-1);
+  auto checkpointed = CompileInnerLoop(MlpLoss, task.params, task.batch, adam, 30, false,
+                                       true, /*memory: auto*/ 0);
+  ASSERT_TRUE(checkpointed->looped());
+  const auto live = AdaptAndDifferentiate(task, [&](const TensorList& in) { return (*stored)(in); });
+  const auto ckpt =
+      AdaptAndDifferentiate(task, [&](const TensorList& in) { return (*checkpointed)(in); });
+  ExpectSameBits(ckpt.first, live.first, "checkpointed adapted param");
+  ExpectSameBits(ckpt.second, live.second, "checkpointed meta-gradient");
+  const auto schedule = checkpointed->last_schedule();
+  ASSERT_NE(schedule, nullptr);
+  EXPECT_FALSE(schedule->store_all);
+  EXPECT_EQ(schedule->recomputed_steps, schedule->planned_recomputed_steps);
+
+  runtime::CompiledProgram value = checkpointed->ProgramFor(task.Inputs());
+  EXPECT_EQ(value.loop.steps, 30);
+  EXPECT_EQ(value.num_inputs, static_cast<int64_t>(task.Inputs().size()));
+  const std::string bytes = runtime::SerializeProgram(value);
+  auto loaded = runtime::DeserializeProgram(bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(runtime::Dump(*loaded), runtime::Dump(value));
+  EXPECT_NE(runtime::Dump(value).find("loop: 30 steps of the body below; memory auto"),
+            std::string::npos);
+  EXPECT_EQ(runtime::SerializeProgram(*loaded), bytes);
+  auto executable = std::make_shared<runtime::ExecutableProgram>(*loaded);
+  const auto again = AdaptAndDifferentiate(
+      task, [&](const TensorList& in) { return runtime::RunDifferentiable(executable, in); });
+  ExpectSameBits(again.first, live.first, "loaded adapted param");
+  ExpectSameBits(again.second, live.second, "loaded meta-gradient");
+
+  runtime::CompiledProgram bad = value;
+  bad.loop.state_inputs[0] = 99;
+  auto refused = runtime::DeserializeProgram(runtime::SerializeProgram(bad));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().ToString().find("state input 99 out of range"), std::string::npos)
+      << refused.status();
+}
+
 }  // namespace
 }  // namespace metafuse::compiler

@@ -1,11 +1,12 @@
 // The binomial checkpointing schedule against an independent reference: the
 // minimum over all splits computed by dynamic programming, and a simulation
 // of the schedule that counts its advances and its live snapshots.
-#include "runtime/executor/revolve_schedule.h"
+#include "runtime/base/revolve_schedule.h"
 
 #include <algorithm>
 #include <vector>
 
+#include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
 namespace metafuse::runtime {

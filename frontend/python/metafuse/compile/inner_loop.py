@@ -51,7 +51,7 @@ from metafuse.vmap.function import vmap
 
 _core = _C._compiler
 
-__all__ = ["compile_inner_loop", "CompiledInnerLoop", "LoopedProgram", "UNROLL_MAX_STEPS"]
+__all__ = ["compile_inner_loop", "CompiledInnerLoop", "UNROLL_MAX_STEPS"]
 
 # The longest loop unrolled by default: up to here one program of K steps
 # (fused across step boundaries, one launch sequence) is at least as fast as
@@ -70,28 +70,6 @@ def _memory_budget(memory):
         raise ValueError("compile_inner_loop: `memory` must be None (keep every step), "
                          f"\"auto\" or a number of bytes > 0, got {memory!r}")
     return int(memory)
-
-
-class LoopedProgram:
-    """What ``adapt.program(...)`` returns for a looped inner loop: the
-    compiled step (``body``, a CompiledProgram run ``steps`` times) and the
-    schedule the last call chose (``schedule``, a dict: snapshots,
-    recomputed steps, bytes kept). ``dump()`` shows both."""
-
-    def __init__(self, body, schedule):
-        self.body = body
-        self.schedule = schedule
-
-    def dump(self):
-        head = self.schedule["description"] if self.schedule else "loop: not run yet"
-        return f"{head}\n--- body (one step) ---\n{self.body.dump()}"
-
-    def attach_object_code(self):
-        raise RuntimeError("a looped inner loop (more than UNROLL_MAX_STEPS steps, or a "
-                           "`memory` budget) cannot be saved as an artifact yet; compile "
-                           "it with unroll=True to save it")
-
-    serialize = attach_object_code
 
 
 def _leaves_like(spec, tree, what="lr"):
@@ -246,7 +224,7 @@ class CompiledInnerLoop(CompiledBase):
             p = _tree.unflatten(param_spec, list(flat[:n_params]))
             b = _tree.unflatten(batch_spec, list(flat[n_params:n_params + n_batch]))
             with Rebind(self.loss_fn, keys, flat[n_params + n_batch:]):
-                return self.loss_fn(p, *b)
+                return self._loss(p, b)
 
         examples = tuple(t.detach() for t in param_leaves + batch_leaves + extras)
         captured = _capture.trace(flat_loss, examples)
@@ -271,20 +249,6 @@ class CompiledInnerLoop(CompiledBase):
 
     def _subject(self):
         return "the inner loop"
-
-    def program(self, *args):
-        """The compiled program a call with ``args`` runs, as a value: a
-        CompiledProgram when unrolled; a LoopedProgram (the step's program
-        and the schedule) when looped."""
-        if not self.looped:
-            return super().program(*args)
-        self(*args)
-        entry, leaves = self._entry_and_leaves(args)
-        if not isinstance(entry, Compiled):
-            raise RuntimeError(f"{self._api}: this call runs eagerly ({entry}); "
-                               "there is no compiled program")
-        loop = entry.program
-        return LoopedProgram(loop.program(loop.body_inputs(leaves)), loop.schedule())
 
     def schedule(self):
         """The last looped call's schedule (a dict: ``store_all``,
@@ -313,10 +277,47 @@ class CompiledInnerLoop(CompiledBase):
         Returns:
             The adapted params of every task: each leaf with a leading task
             dimension (and the losses, [tasks, steps], with return_losses)."""
+        if self.looped:
+            return self._batched_loop(params, batch)
         key = len(batch)
         if getattr(self, "_batched", None) is None or self._batched[0] != key:
             self._batched = (key, vmap(self, in_dims=(None,) + (0,) * key))
         return self._batched[1](params, *batch)
+
+    def _batched_loop(self, params, batch):
+        """A looped loop over a meta-batch: one looped loop whose params are
+        the tasks' copies (the shared params expanded along a task
+        dimension) and whose per-step loss is the sum of the tasks' losses,
+        each task's by torch.func.vmap of ``loss_fn``. The tasks do not
+        interact, so the gradient of the sum is each task's own gradient,
+        every supported optimizer's update is elementwise, and the
+        meta-gradient of the shared params sums over the tasks through the
+        expansion."""
+        if self.return_losses:
+            raise ValueError("compile_inner_loop: `return_losses` is not supported by "
+                             "batched() of a looped inner loop (its per-step loss is the "
+                             "sum over tasks); call the loop per task, or unroll=True")
+        sizes = {int(t.shape[0]) for t in _tree.leaves(batch)}
+        if len(sizes) != 1:
+            raise ValueError("compile_inner_loop: batched() needs every `batch` tensor with "
+                             f"the same leading task dimension, got sizes {sorted(sizes)}")
+        tasks = sizes.pop()
+        loop = getattr(self, "_task_loop", None)
+        if loop is None:
+            loop = CompiledInnerLoop(self.loss_fn, self.optimizer, self.steps, False,
+                                     unroll=False)
+            loop.memory_budget = self.memory_budget
+            loop._tasks_batched = True
+            self._task_loop = loop
+        expanded = _tree.map(lambda p: p.unsqueeze(0).expand(tasks, *p.shape), params)
+        return loop(expanded, *batch)
+
+    def _loss(self, params, batch):
+        """The per-step loss the compiled program computes."""
+        if getattr(self, "_tasks_batched", False):
+            dims = (0,) * (1 + len(batch))
+            return torch.func.vmap(self.loss_fn, in_dims=dims)(params, *batch).sum()
+        return self.loss_fn(params, *batch)
 
     def _under_transform(self, params, batch):
         """The loop under a torch.func transform the caller opened: eager,
@@ -349,7 +350,7 @@ class CompiledInnerLoop(CompiledBase):
         """A step's (loss, gradients of the params' leaves, params' spec),
         taking gradients with ``gradients(loss, leaves)``."""
         def step(params):
-            loss = self.loss_fn(params, *batch)
+            loss = self._loss(params, batch)
             leaves, spec = _tree.flatten(params)
             return loss, gradients(loss, leaves), spec
         return step

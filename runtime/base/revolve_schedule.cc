@@ -1,4 +1,4 @@
-#include "runtime/executor/revolve_schedule.h"
+#include "runtime/base/revolve_schedule.h"
 
 #include <c10/util/Exception.h>
 
