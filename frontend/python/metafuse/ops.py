@@ -107,7 +107,7 @@ def _fused_step(name):
                 f"the new parameter). Differentiable to any order (exact "
                 f"closed-form backward).")
     call.__doc__ = (f"{what} See docs/kernels.md.\n\n"
-                    f"    torch.ops.metafuse.{schema}")
+                    f"    ``torch.ops.metafuse.{schema}``")
     return call
 
 

@@ -83,7 +83,7 @@ def scale_by_accelerated_adam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0,
 
 
 def scale_by_adamax(b1=0.9, b2=0.999, eps=1e-6, moment_requires_grad=False):
-    """mu_hat / max(b2 * nu, |g| + eps) (torch.optim.Adamax's rule;
+    """mu_hat / max(b2 * nu, ``|g|`` + eps) (torch.optim.Adamax's rule;
     TorchOpt's default eps=1e-6)."""
     b1, b2 = _betas((b1, b2))
     return GradientTransformation(_core.scale_by_adamax(
@@ -205,7 +205,7 @@ def nan_to_num(nan=0.0, posinf=None, neginf=None):
 
 def clip_grad_norm(max_norm, norm_type=2.0, error_if_nonfinite=False):
     """Scales updates to a global norm of at most ``max_norm``
-    (torch.nn.utils.clip_grad_norm_ and TorchOpt semantics: the norm is
+    (``torch.nn.utils.clip_grad_norm_`` and TorchOpt semantics: the norm is
     computed without a graph, so gradients flow through the scaling by a
     constant only). ``error_if_nonfinite=True`` raises RuntimeError when the
     norm is NaN or infinite."""
