@@ -78,12 +78,16 @@ class GradientTransformation:
         return chain(self, next)
 
     def init(self, params):
+        """The initial optimizer state for ``params`` (a pytree of tensors)."""
         if self._init_fn is not None:
             return self._init_fn(params)
         leaves, spec = _flatten_tensors(params, "params")
         return _states.from_raw(self._core.init(leaves), spec)
 
     def update(self, updates, state, params=None, inplace=True):
+        """``(updates, new_state)`` from the gradients ``updates`` and ``state``;
+        ``params`` for transformations that read them, ``inplace=False`` to keep
+        the update differentiable."""
         if self._update_fn is not None:
             return self._update_fn(updates, state, params=params,
                                    inplace=inplace)
