@@ -5,9 +5,9 @@ JSON files in docs/results/ (the one command that regenerates them):
     .venv/bin/python tools/render_results.py --check   # fails if tables.md is not up to date
 
 The inputs are what `bench/sweep.py --json`, `bench/vmap_chunks.py --json`
-and `bench/op_coverage.py --json` wrote (SOURCES below names each file and
+and `bench/op_coverage.py --json` wrote (SWEEPS below names each sweep file and
 the command that produced it). To update the page after a new run, replace
-the JSON file in docs/results/ and run this script; docs/results.md includes
+the JSON file in docs/results/ (a new one goes into SWEEPS) and run this script; docs/results.md includes
 tables.md and the figures.
 
 Figures (matplotlib, SVG):
