@@ -121,18 +121,11 @@ def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
         betas, eps, weight_decay, amsgrad: as torch.optim.Adam.
         eps_root: added inside the square root of the second moment; > 0
             keeps meta-gradients finite where the second moment is zero.
-        moment_requires_grad: create the state's moment tensors requiring
-            grad (TorchOpt's option).
-        maximize: ascend the objective instead of descending it.
-        fused: run the update as one fused operator (``torch.ops.metafuse``)
-            instead of a chain of tensor operations; the same numbers.
+        moment_requires_grad, maximize, fused: as for :func:`sgd`.
         use_accelerated_op: TorchOpt's name for ``fused``.
 
     Returns:
-        A GradientTransformation: ``init(params)`` makes the state,
-        ``update(grads, state, params=..., inplace=...)`` returns the updates
-        to add to the parameters (:func:`metafuse.apply_updates`) and the new
-        state; differentiable with ``inplace=False``.
+        A GradientTransformation, as :func:`sgd` describes.
     """
     fused = _accelerated(fused, use_accelerated_op and not amsgrad, lr)
     config = ("adam", dict(locals()))
@@ -154,18 +147,11 @@ def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
         weight_decay: the decoupled decay rate.
         mask: decay only the leaves where this bool pytree (or a callable of
             the params returning one) is True; None: every leaf.
-        moment_requires_grad: create the state's moment tensors requiring
-            grad (TorchOpt's option).
-        maximize: ascend the objective instead of descending it.
-        fused: run the update as one fused operator (``torch.ops.metafuse``)
-            instead of a chain of tensor operations; the same numbers.
+        moment_requires_grad, maximize, fused: as for :func:`sgd`.
         use_accelerated_op: TorchOpt's name for ``fused``.
 
     Returns:
-        A GradientTransformation: ``init(params)`` makes the state,
-        ``update(grads, state, params=..., inplace=...)`` returns the updates
-        to add to the parameters (:func:`metafuse.apply_updates`) and the new
-        state; differentiable with ``inplace=False``.
+        A GradientTransformation, as :func:`sgd` describes.
     """
     fused = _accelerated(fused, use_accelerated_op and not amsgrad, lr)
     config = ("adamw", dict(locals()))
@@ -187,17 +173,10 @@ def adamax(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *,
 
     Args:
         lr, betas, eps, weight_decay: as torch.optim.Adamax.
-        moment_requires_grad: create the state's moment tensors requiring
-            grad (TorchOpt's option).
-        maximize: ascend the objective instead of descending it.
-        fused: run the update as one fused operator (``torch.ops.metafuse``)
-            instead of a chain of tensor operations; the same numbers.
+        moment_requires_grad, maximize, fused: as for :func:`sgd`.
 
     Returns:
-        A GradientTransformation: ``init(params)`` makes the state,
-        ``update(grads, state, params=..., inplace=...)`` returns the updates
-        to add to the parameters (:func:`metafuse.apply_updates`) and the new
-        state; differentiable with ``inplace=False``.
+        A GradientTransformation, as :func:`sgd` describes.
     """
     config = ("adamax", dict(locals()))
     b1, b2 = _betas(betas)
@@ -213,17 +192,10 @@ def radam(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *,
 
     Args:
         lr, betas, eps, weight_decay: as torch.optim.RAdam.
-        moment_requires_grad: create the state's moment tensors requiring
-            grad (TorchOpt's option).
-        maximize: ascend the objective instead of descending it.
-        fused: run the update as one fused operator (``torch.ops.metafuse``)
-            instead of a chain of tensor operations; the same numbers.
+        moment_requires_grad, maximize, fused: as for :func:`sgd`.
 
     Returns:
-        A GradientTransformation: ``init(params)`` makes the state,
-        ``update(grads, state, params=..., inplace=...)`` returns the updates
-        to add to the parameters (:func:`metafuse.apply_updates`) and the new
-        state; differentiable with ``inplace=False``.
+        A GradientTransformation, as :func:`sgd` describes.
     """
     config = ("radam", dict(locals()))
     b1, b2 = _betas(betas)
@@ -240,17 +212,10 @@ def adadelta(lr=1e-3, rho=0.9, eps=1e-6, weight_decay=0.0, *,
 
     Args:
         lr, rho, eps, weight_decay: as torch.optim.Adadelta.
-        moment_requires_grad: create the state's moment tensors requiring
-            grad (TorchOpt's option).
-        maximize: ascend the objective instead of descending it.
-        fused: run the update as one fused operator (``torch.ops.metafuse``)
-            instead of a chain of tensor operations; the same numbers.
+        moment_requires_grad, maximize, fused: as for :func:`sgd`.
 
     Returns:
-        A GradientTransformation: ``init(params)`` makes the state,
-        ``update(grads, state, params=..., inplace=...)`` returns the updates
-        to add to the parameters (:func:`metafuse.apply_updates`) and the new
-        state; differentiable with ``inplace=False``.
+        A GradientTransformation, as :func:`sgd` describes.
     """
     config = ("adadelta", dict(locals()))
     return GradientTransformation(_core.adadelta(
@@ -267,14 +232,10 @@ def adagrad(lr=1e-2, lr_decay=0.0, weight_decay=0.0,
     Args:
         lr, lr_decay, weight_decay, initial_accumulator_value, eps: as
             torch.optim.Adagrad.
-        maximize: ascend the objective instead of descending it.
-        fused: run the update as one fused operator; the same numbers.
+        maximize, fused: as for :func:`sgd`.
 
     Returns:
-        A GradientTransformation: ``init(params)`` makes the state,
-        ``update(grads, state, params=..., inplace=...)`` returns the updates
-        to add to the parameters (:func:`metafuse.apply_updates`) and the new
-        state; differentiable with ``inplace=False``.
+        A GradientTransformation, as :func:`sgd` describes.
     """
     config = ("adagrad", dict(locals()))
     return GradientTransformation(_core.adagrad(
@@ -294,17 +255,10 @@ def rmsprop(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
             torch.optim.RMSprop.
         initial_scale: the square average's initial value (TorchOpt).
         nesterov: Nesterov momentum (TorchOpt).
-        moment_requires_grad: create the state's moment tensors requiring
-            grad (TorchOpt's option).
-        maximize: ascend the objective instead of descending it.
-        fused: run the update as one fused operator (``torch.ops.metafuse``)
-            instead of a chain of tensor operations; the same numbers.
+        moment_requires_grad, maximize, fused: as for :func:`sgd`.
 
     Returns:
-        A GradientTransformation: ``init(params)`` makes the state,
-        ``update(grads, state, params=..., inplace=...)`` returns the updates
-        to add to the parameters (:func:`metafuse.apply_updates`) and the new
-        state; differentiable with ``inplace=False``.
+        A GradientTransformation, as :func:`sgd` describes.
     """
     config = ("rmsprop", dict(locals()))
     return GradientTransformation(_core.rmsprop(
