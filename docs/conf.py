@@ -39,8 +39,11 @@ extensions = [
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "results/*.md", "**/README.md"]
-# Pages the site does not list in a table of contents but builds and links.
-suppress_warnings = []
+# Every cross-reference must resolve (-W makes a broken one an error), except
+# those into torch (no network for intersphinx) and into the extension
+# module's own names (metafuse._C), which the Python API wraps.
+nitpicky = True
+nitpick_ignore_regex = [(r"py:.*", r"torch(\..*)?"), (r"py:.*", r"metafuse\._C(\..*)?")]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
