@@ -90,7 +90,7 @@ def test_no_page_speaks_of_sessions_or_dated_runs():
 
 
 def test_results_page_matches_its_json():
-    for name in ("speedup.svg", "memory.svg", "compile.svg", "tables.md"):
+    for name in ("speedup.svg", "memory.svg", "compile.svg", "tables.md", "headline.md"):
         assert os.path.exists(os.path.join(DOCS, "results", name)), name
     done = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "tools", "render_results.py"),
                            "--check"], env=_env(), capture_output=True, text=True, timeout=300)
