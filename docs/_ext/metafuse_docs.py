@@ -85,7 +85,16 @@ def parse_header(text):
         source = "\n".join(decl)
         is_type = re.match(r"\s*(struct|class)\s+\w+[^;]*\{\s*$", source)
         forward = re.match(r"\s*(struct|class)\s+\w+\s*;\s*$", source)
-        if is_type:
+        if is_type and stripped.startswith("struct"):
+            # a struct's members are part of its declaration: shown whole
+            while i < len(lines) and not lines[i].strip().startswith("};"):
+                decl.append(lines[i].rstrip())
+                i += 1
+            decl.append(lines[i].rstrip() if i < len(lines) else "};")
+            i += 1
+            source = "\n".join(decl)
+            is_type = None  # nothing of it stays open
+        elif is_type:
             source = source.rstrip(" {") + " { ... };"
         if not private and not forward:
             if grouped and not comment and not is_type and declarations:
