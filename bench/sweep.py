@@ -62,7 +62,7 @@ baselines of the ratios and of the gradient check):
                      every variant's). Its first call is the compile. Like
                      torch.func vmap itself it is wrong on the conv net (and,
                      by the same BatchNorm, presumably the resnet, as with
-                     functorch 1.13 in docs/sweep.md): torch.func.vmap's
+                     functorch 1.13): torch.func.vmap's
                      batching of BatchNorm at second order (torch 2.15, conv
                      --small, SGD: 0.42 off, uncompiled and with the eager,
                      aot_eager and inductor backends alike)

@@ -20,6 +20,7 @@ PACKAGES=(
   libgloo-dev libtensorpipe-dev  # torch.distributed backends
   nlohmann-json3-dev libssl-dev  # the C++ AOT runner: manifest.json, SHA-256 (libcrypto)
   python3-setuptools python3-wheel python3-pip python3-venv ninja-build  # the pip route (setup.py)
+  chromium                   # headless, for the docs site's browser test (tests/python/docs)
   zlib1g-dev libzstd-dev libtinfo-dev libxml2-dev libffi-dev libedit-dev  # what llvm-config --system-libs names
 )
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project venv (.venv, or $METAFUSE_VENV): PyPI's torch 2.x pinned in
-# tools/torch2-requirements.txt and what the tests and benchmarks import, then
+# tools/torch2-requirements.txt and what the tests, benchmarks and docs import, then
 # metafuse built into it through the pip route (pip install
 # --no-build-isolation .): LLVM where llvm-14-dev is installed, CUDA where
 # that torch has CUDA (PyPI's Linux wheel does) and a toolkit is found.
@@ -27,7 +27,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 torch_pin=$(grep -E '^torch==' tools/torch2-requirements.txt)
-echo "setup_venv: installing $torch_pin and the test requirements (PyPI)"
+echo "setup_venv: installing $torch_pin and the test and docs requirements (PyPI)"
 "${pip[@]}" install -q -r tools/torch2-requirements.txt
 if [ "$peers" = 1 ]; then
   echo "setup_venv: installing the peers (tools/bench-requirements.txt), torch held at $torch_pin"

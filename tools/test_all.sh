@@ -6,7 +6,10 @@
 #   2. the Bazel route against Debian's LibTorch 1.13.1: every C++ test, and
 #      the compiler, optimizer and TorchOpt-compatibility Python tests with
 #      /usr/bin/python3 (Debian's torch) on the Bazel-built extension;
-#   3. the whole Python suite against the venv's installed metafuse (torch 2.x).
+#   3. the whole Python suite against the venv's installed metafuse (torch 2.x),
+#      the documentation site included: tests/python/docs builds it with Sphinx
+#      (warnings as errors), opens it in headless Chromium and runs the code of
+#      every tutorial.
 # The Bazel route against torch 2.x (`bazel test --config=torch2 //...`) is
 # not run here: switching Bazel's LibTorch rebuilds every target, and a third
 # full C++ build does not fit CI's time on 2 cores (docs/building.md).

@@ -61,12 +61,23 @@ from metafuse.version import __version__  # noqa: E402
 
 
 def build_info():
-    """Versions and optional features of this build (a dict)."""
+    """Versions and optional features of this build.
+
+    Returns:
+        A dict: ``torch_version`` (the torch it was built against), ``llvm``,
+        ``nvrtc`` and ``cuda_torch`` (whether those parts are compiled in)
+        and ``llvm_host`` (LLVM's host target and CPU).
+    """
     return _C.build_info()
 
 
 def cuda_status():
-    """(available, reason): whether the CUDA driver can be used here."""
+    """Whether the CUDA driver can be used here.
+
+    Returns:
+        ``(available, reason)``: a bool, and a string that explains it (what
+        is missing when the driver cannot be used).
+    """
     return _C.cuda_status()
 
 

@@ -7,8 +7,8 @@ specialized one by the rule's margin. The choice is kept on the compiled
 program (per guard) and reported in metafuse.tuning_report().
 
 Specialization usually wins by far (the sinusoid's batched MAML program:
-3x), but a fused kernel can lose to ATen's operator it replaced (the
-2-thread conv-net slowdown of docs/sweep.md was one such case), and this
+3x), but a fused kernel can lose to ATen's operator it replaced (a
+conv net's fused kernels at 2 threads have been one such case), and this
 check keeps any such program from running slower than unfused.
 
 The timed calls run on detached copies of the inputs: nothing reaches the

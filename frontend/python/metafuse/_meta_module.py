@@ -171,10 +171,12 @@ class MetaGradientModule(torch.nn.Module):
                         yield pname, p
 
     def meta_parameters(self, recurse=True):
+        """The meta-parameters (the tensors and modules' parameters passed to the constructor)."""
         for _, p in self.named_meta_parameters(recurse=recurse):
             yield p
 
     def named_meta_children(self):
+        """(name, module) of every meta-module passed to the constructor."""
         seen = set()
         for name, m in self._meta_modules.items():
             if m is not None and id(m) not in seen:
@@ -182,6 +184,7 @@ class MetaGradientModule(torch.nn.Module):
                 yield name, m
 
     def meta_children(self):
+        """The meta-modules passed to the constructor."""
         for _, m in self.named_meta_children():
             yield m
 
@@ -196,5 +199,6 @@ class MetaGradientModule(torch.nn.Module):
                 yield sub_name, sub
 
     def meta_modules(self):
+        """Every meta-module and its submodules."""
         for _, m in self.named_meta_modules():
             yield m

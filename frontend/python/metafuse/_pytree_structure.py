@@ -10,11 +10,13 @@ from metafuse import tree as _tree
 
 
 def is_namedtuple_class(cls):
+    """True when ``cls`` is a namedtuple class."""
     return (isinstance(cls, type) and issubclass(cls, tuple)
             and isinstance(getattr(cls, "_fields", None), tuple))
 
 
 def is_namedtuple(obj):
+    """True when ``obj`` is a namedtuple or a namedtuple class."""
     return is_namedtuple_class(obj if isinstance(obj, type) else type(obj))
 
 
@@ -233,6 +235,7 @@ class AttributeKeyPathEntry(KeyPathEntry):
     """optree's legacy key path entry for an attribute: prints ``.name``."""
 
     def pprint(self):
+        """The entry as it prints in a key path: ``.name``."""
         return f".{self.key}"
 
 
@@ -240,6 +243,7 @@ class GetitemKeyPathEntry(KeyPathEntry):
     """optree's legacy key path entry for an item: prints ``[key]``."""
 
     def pprint(self):
+        """The entry as it prints in a key path: ``[key]``."""
         return f"[{self.key!r}]"
 
 

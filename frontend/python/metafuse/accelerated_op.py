@@ -11,7 +11,14 @@ __all__ = ["is_available"]
 def is_available(devices=None):
     """True when the fused Adam operator runs on every device in
     ``devices`` (a device, a name, an index, or an iterable of them;
-    default, as in TorchOpt: CUDA and the CPU, so False without a GPU)."""
+    default, as in TorchOpt: CUDA and the CPU, so False without a GPU).
+
+    Args:
+        devices: the devices to check (None: CUDA and the CPU).
+
+    Returns:
+        A bool.
+    """
     from metafuse import alias
 
     if devices is None:

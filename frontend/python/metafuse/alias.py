@@ -43,9 +43,26 @@ def _lr(lr):
 
 def sgd(lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
         moment_requires_grad=False, maximize=False, fused=False):
-    """Stochastic gradient descent (torch.optim.SGD). ``lr`` may also be a
-    pytree of tensors with the parameters' structure: one learned rate per
-    parameter leaf (Meta-SGD)."""
+    """Stochastic gradient descent (torch.optim.SGD).
+
+    Args:
+        lr: the learning rate: a number, a scalar tensor (differentiable, for
+            a learned rate), a schedule ``step -> rate``, or a pytree of
+            tensors with the parameters' structure: one learned rate per
+            parameter leaf (Meta-SGD).
+        momentum, dampening, weight_decay, nesterov: as torch.optim.SGD.
+        moment_requires_grad: create the state's moment tensors requiring
+            grad (TorchOpt's option).
+        maximize: ascend the objective instead of descending it.
+        fused: run the update as one fused operator (``torch.ops.metafuse``)
+            instead of a chain of tensor operations; the same numbers.
+
+    Returns:
+        A GradientTransformation: ``init(params)`` makes the state,
+        ``update(grads, state, params=..., inplace=...)`` returns the updates
+        to add to the parameters (:func:`metafuse.apply_updates`) and the new
+        state; differentiable with ``inplace=False``.
+    """
     config = ("sgd", dict(locals()))
     if _is_rate_tree(lr):
         return _sgd_per_leaf(lr, momentum, dampening, nesterov, weight_decay,
@@ -97,8 +114,19 @@ def _accelerated(fused, use_accelerated_op, lr):
 def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
          eps_root=0.0, moment_requires_grad=False, maximize=False,
          use_accelerated_op=False, amsgrad=False, fused=False):
-    """Adam (torch.optim.Adam); ``eps_root`` > 0 keeps meta-gradients finite
-    where the second moment is zero."""
+    """Adam (torch.optim.Adam).
+
+    Args:
+        lr: the learning rate: a number, a scalar tensor or a schedule.
+        betas, eps, weight_decay, amsgrad: as torch.optim.Adam.
+        eps_root: added inside the square root of the second moment; > 0
+            keeps meta-gradients finite where the second moment is zero.
+        moment_requires_grad, maximize, fused: as for :func:`sgd`.
+        use_accelerated_op: TorchOpt's name for ``fused``.
+
+    Returns:
+        A GradientTransformation, as :func:`sgd` describes.
+    """
     fused = _accelerated(fused, use_accelerated_op and not amsgrad, lr)
     config = ("adam", dict(locals()))
     b1, b2 = _betas(betas)
@@ -112,9 +140,19 @@ def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
 def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
           eps_root=0.0, mask=None, moment_requires_grad=False, maximize=False,
           use_accelerated_op=False, amsgrad=False, fused=False):
-    """AdamW (torch.optim.AdamW): decoupled weight decay, optionally only on
-    the leaves where ``mask`` (a bool pytree, or a callable of the params)
-    is True."""
+    """AdamW (torch.optim.AdamW): Adam with decoupled weight decay.
+
+    Args:
+        lr, betas, eps, eps_root, amsgrad: as :func:`adam`.
+        weight_decay: the decoupled decay rate.
+        mask: decay only the leaves where this bool pytree (or a callable of
+            the params returning one) is True; None: every leaf.
+        moment_requires_grad, maximize, fused: as for :func:`sgd`.
+        use_accelerated_op: TorchOpt's name for ``fused``.
+
+    Returns:
+        A GradientTransformation, as :func:`sgd` describes.
+    """
     fused = _accelerated(fused, use_accelerated_op and not amsgrad, lr)
     config = ("adamw", dict(locals()))
     b1, b2 = _betas(betas)
@@ -131,7 +169,15 @@ def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
 def adamax(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *,
            moment_requires_grad=False, maximize=False, fused=False):
     """Adamax (torch.optim.Adamax's rule; TorchOpt's defaults lr=1e-3,
-    eps=1e-6)."""
+    eps=1e-6).
+
+    Args:
+        lr, betas, eps, weight_decay: as torch.optim.Adamax.
+        moment_requires_grad, maximize, fused: as for :func:`sgd`.
+
+    Returns:
+        A GradientTransformation, as :func:`sgd` describes.
+    """
     config = ("adamax", dict(locals()))
     b1, b2 = _betas(betas)
     return GradientTransformation(_core.adamax(
@@ -142,7 +188,15 @@ def adamax(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *,
 
 def radam(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *,
           moment_requires_grad=False, maximize=False, fused=False):
-    """RAdam (torch.optim.RAdam's rule; TorchOpt's default eps=1e-6)."""
+    """RAdam (torch.optim.RAdam's rule; TorchOpt's default eps=1e-6).
+
+    Args:
+        lr, betas, eps, weight_decay: as torch.optim.RAdam.
+        moment_requires_grad, maximize, fused: as for :func:`sgd`.
+
+    Returns:
+        A GradientTransformation, as :func:`sgd` describes.
+    """
     config = ("radam", dict(locals()))
     b1, b2 = _betas(betas)
     return GradientTransformation(_core.radam(
@@ -154,7 +208,15 @@ def radam(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, *,
 def adadelta(lr=1e-3, rho=0.9, eps=1e-6, weight_decay=0.0, *,
              moment_requires_grad=False, maximize=False, fused=False):
     """Adadelta (torch.optim.Adadelta's rule; TorchOpt's default lr=1e-3,
-    torch.optim's is 1.0)."""
+    torch.optim's is 1.0).
+
+    Args:
+        lr, rho, eps, weight_decay: as torch.optim.Adadelta.
+        moment_requires_grad, maximize, fused: as for :func:`sgd`.
+
+    Returns:
+        A GradientTransformation, as :func:`sgd` describes.
+    """
     config = ("adadelta", dict(locals()))
     return GradientTransformation(_core.adadelta(
         _lr(lr), _number(rho, "rho", 0.0, 1.0), _number(eps, "eps", 0.0),
@@ -165,7 +227,16 @@ def adadelta(lr=1e-3, rho=0.9, eps=1e-6, weight_decay=0.0, *,
 def adagrad(lr=1e-2, lr_decay=0.0, weight_decay=0.0,
             initial_accumulator_value=0.0, eps=1e-10, *, maximize=False,
             fused=False):
-    """Adagrad (torch.optim.Adagrad)."""
+    """Adagrad (torch.optim.Adagrad).
+
+    Args:
+        lr, lr_decay, weight_decay, initial_accumulator_value, eps: as
+            torch.optim.Adagrad.
+        maximize, fused: as for :func:`sgd`.
+
+    Returns:
+        A GradientTransformation, as :func:`sgd` describes.
+    """
     config = ("adagrad", dict(locals()))
     return GradientTransformation(_core.adagrad(
         _lr(lr), _number(lr_decay, "lr_decay", 0.0),
@@ -177,9 +248,18 @@ def adagrad(lr=1e-2, lr_decay=0.0, weight_decay=0.0,
 def rmsprop(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
             centered=False, *, initial_scale=0.0, nesterov=False,
             maximize=False, moment_requires_grad=False, fused=False):
-    """RMSProp (torch.optim.RMSprop), plain or centered, with momentum;
-    TorchOpt's ``initial_scale`` (the square average's start) and
-    ``nesterov`` momentum."""
+    """RMSProp (torch.optim.RMSprop), plain or centered, with momentum.
+
+    Args:
+        lr, alpha, eps, weight_decay, momentum, centered: as
+            torch.optim.RMSprop.
+        initial_scale: the square average's initial value (TorchOpt).
+        nesterov: Nesterov momentum (TorchOpt).
+        moment_requires_grad, maximize, fused: as for :func:`sgd`.
+
+    Returns:
+        A GradientTransformation, as :func:`sgd` describes.
+    """
     config = ("rmsprop", dict(locals()))
     return GradientTransformation(_core.rmsprop(
         _lr(lr), _number(alpha, "alpha", 0.0, 1.0), _number(eps, "eps", 0.0),

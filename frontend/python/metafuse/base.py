@@ -78,12 +78,16 @@ class GradientTransformation:
         return chain(self, next)
 
     def init(self, params):
+        """The initial optimizer state for ``params`` (a pytree of tensors)."""
         if self._init_fn is not None:
             return self._init_fn(params)
         leaves, spec = _flatten_tensors(params, "params")
         return _states.from_raw(self._core.init(leaves), spec)
 
     def update(self, updates, state, params=None, inplace=True):
+        """``(updates, new_state)`` from the gradients ``updates`` and ``state``;
+        ``params`` for transformations that read them, ``inplace=False`` to keep
+        the update differentiable."""
         if self._update_fn is not None:
             return self._update_fn(updates, state, params=params,
                                    inplace=inplace)
@@ -332,7 +336,15 @@ _Identity = IdentityGradientTransformation
 
 def chain(*transformations):
     """Applies ``transformations`` in order; the state is a tuple of theirs.
-    ``chain()`` is ``identity()`` and ``chain(tx)`` is ``tx`` (TorchOpt)."""
+    ``chain()`` is ``identity()`` and ``chain(tx)`` is ``tx`` (TorchOpt).
+
+    Args:
+        *transformations: GradientTransformations, applied first to last.
+
+    Returns:
+        A ChainedGradientTransformation (or the one transformation, or
+        ``identity()``).
+    """
     for i, tx in enumerate(transformations):
         if not isinstance(tx, GradientTransformation):
             raise TypeError(f"chain: argument {i} must be a "
@@ -345,7 +357,11 @@ def chain(*transformations):
 
 
 def identity():
-    """A transformation that passes updates through unchanged."""
+    """A transformation that passes updates through unchanged.
+
+    Returns:
+        A GradientTransformation (stateless).
+    """
     return _Identity(_core.identity())
 
 
@@ -353,9 +369,16 @@ def apply_updates(params, updates, *, inplace=True):
     """``params + updates`` leaf by leaf; same tree structure required (an
     update that is None leaves its parameter alone, as in TorchOpt).
 
-    With ``inplace=True`` the parameters' storage is updated without
-    recording a graph (torch.optim semantics); ``inplace=False`` returns new,
-    differentiable tensors.
+    Args:
+        params: a pytree of tensors.
+        updates: a pytree of tensors (or None leaves) with the structure of
+            ``params``, as a GradientTransformation's ``update`` returns.
+        inplace: True updates the parameters' storage without recording a
+            graph (torch.optim semantics); False makes new, differentiable
+            tensors.
+
+    Returns:
+        The updated parameters, a pytree like ``params``.
     """
     leaves, spec = _flatten_tensors(params, "params")
     with_none = _tree.flatten(updates, none_is_leaf=True)[0]

@@ -8,7 +8,7 @@ __all__ = ["chain", "chain_flat"]
 def chain_flat(*transformations):
     """TorchOpt's chain over the flattened leaves (a list). metafuse's
     transformations always work on flat leaf lists inside C++, so this is
-    :func:`chain`."""
+    :func:`metafuse.chain`."""
     return chain(*transformations)
 
 

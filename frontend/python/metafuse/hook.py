@@ -26,7 +26,14 @@ def nan_to_num_hook(nan=0.0, posinf=None, neginf=None):
 def register_hook(hook):
     """A stateless transformation that registers ``hook`` on every update
     tensor (``tensor.register_hook``); the updates pass through unchanged.
-    The hook then acts on the gradient that flows back through the update."""
+    The hook then acts on the gradient that flows back through the update.
+
+    Args:
+        hook: ``hook(grad) -> grad or None``, as for ``Tensor.register_hook``.
+
+    Returns:
+        A GradientTransformation (stateless).
+    """
     if not callable(hook):
         raise TypeError(f"register_hook: `hook` must be callable, got "
                         f"{type(hook).__name__}")

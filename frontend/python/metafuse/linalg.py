@@ -1,6 +1,6 @@
 """Linear algebra on pytrees (TorchOpt's ``torchopt.linalg``): conjugate
 gradient and the Neumann series, run in C++. The same functions as
-:mod:`metafuse.diff.implicit.linalg`."""
+:mod:`metafuse.diff.implicit`'s ``linalg``."""
 
 from metafuse.diff.implicit.linalg import ConvergenceWarning, cg, ns, ns_inv
 

@@ -33,10 +33,18 @@ def ema_update(moment: torch.Tensor, update: torch.Tensor, decay: float,
                order: int = 1) -> torch.Tensor:
     """Fused exponential moving average of ``update**order``.
 
-    Returns ``decay * moment + (1 - decay) * update**order`` in one pass over
-    memory. ``order`` is 1 for a first moment (Adam's mu) and 2 for a second
-    moment (Adam's nu). Differentiable to any order with respect to ``moment``
-    and ``update``: the backward is the exact closed form.
+    One pass over memory, differentiable to any order with respect to
+    ``moment`` and ``update`` (the backward is the exact closed form).
+
+    Args:
+        moment: the running average.
+        update: the new value, the shape of ``moment``.
+        decay: the weight of the old average, in [0, 1].
+        order: 1 for a first moment (Adam's mu), 2 for a second moment
+            (Adam's nu).
+
+    Returns:
+        ``decay * moment + (1 - decay) * update**order``, a new tensor.
     """
     if not isinstance(moment, torch.Tensor):
         raise TypeError(f"ema_update: `moment` must be a torch.Tensor, got "
@@ -107,7 +115,7 @@ def _fused_step(name):
                 f"the new parameter). Differentiable to any order (exact "
                 f"closed-form backward).")
     call.__doc__ = (f"{what} See docs/kernels.md.\n\n"
-                    f"    torch.ops.metafuse.{schema}")
+                    f"    ``torch.ops.metafuse.{schema}``")
     return call
 
 

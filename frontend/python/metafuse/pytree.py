@@ -71,10 +71,12 @@ class CustomTreeNode(_typing.Protocol[T]):
     """Protocol of classes that flatten themselves (register_pytree_node_class)."""
 
     def tree_flatten(self):
+        """``(children, metadata[, entries])`` of this node."""
         ...
 
     @classmethod
     def tree_unflatten(cls, metadata, children):
+        """The node rebuilt from ``metadata`` and ``children``."""
         ...
 
 
@@ -91,14 +93,18 @@ def tree_flatten_with_path(tree, is_leaf=None, *, none_is_leaf=False, namespace=
 
 
 def tree_unflatten(treespec, leaves):
+    """The tree of structure ``treespec`` with ``leaves`` as its leaves
+    (the inverse of tree_flatten)."""
     return _tree.unflatten(treespec, leaves)
 
 
 def tree_leaves(tree, is_leaf=None, *, none_is_leaf=False, namespace=""):
+    """The leaves of ``tree``, in flattening order."""
     return _tree.leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
 
 
 def tree_structure(tree, is_leaf=None, *, none_is_leaf=False, namespace=""):
+    """The TreeSpec of ``tree`` (its structure without the leaves)."""
     return _tree.structure(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace)
 
 
@@ -115,16 +121,21 @@ def tree_is_leaf(tree, is_leaf=None, *, none_is_leaf=False, namespace=""):
 
 
 def all_leaves(iterable, is_leaf=None, *, none_is_leaf=False, namespace=""):
+    """True when every element of ``iterable`` is a leaf."""
     return _tree.all_leaves(iterable, is_leaf, none_is_leaf=none_is_leaf,
                             namespace=namespace)
 
 
 def tree_map(func, tree, *rests, is_leaf=None, none_is_leaf=False, namespace=""):
+    """``func(leaf, *other_leaves)`` at every leaf of ``tree`` (``rests``
+    have its structure); a new tree."""
     return _tree.map(func, tree, *rests, is_leaf=is_leaf, none_is_leaf=none_is_leaf,
                      namespace=namespace)
 
 
 def tree_map_(func, tree, *rests, is_leaf=None, none_is_leaf=False, namespace=""):
+    """Like :func:`tree_map`, for the effect (``func`` may change leaves in
+    place); returns ``tree``."""
     return _tree.map_(func, tree, *rests, is_leaf=is_leaf, none_is_leaf=none_is_leaf,
                       namespace=namespace)
 
@@ -158,11 +169,13 @@ def tree_replace_nones(sentinel, tree, namespace=""):
 
 def tree_reduce(func, tree, initial=_MISSING, *, is_leaf=None, none_is_leaf=False,
                 namespace=""):
+    """``functools.reduce(func, leaves[, initial])`` over the leaves of ``tree``."""
     return _tree.reduce(func, tree, initial, is_leaf=is_leaf,
                         none_is_leaf=none_is_leaf, namespace=namespace)
 
 
 def tree_sum(tree, start=0, *, is_leaf=None, none_is_leaf=False, namespace=""):
+    """The sum of the leaves of ``tree``, starting from ``start``."""
     return sum(tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf,
                            namespace=namespace), start)
 
@@ -175,19 +188,23 @@ def _extremum(fn, tree, default, key, is_leaf, none_is_leaf, namespace):
 
 def tree_max(tree, *, default=_MISSING, key=None, is_leaf=None, none_is_leaf=False,
              namespace=""):
+    """The largest leaf of ``tree`` (``max`` with ``default`` and ``key``)."""
     return _extremum(max, tree, default, key, is_leaf, none_is_leaf, namespace)
 
 
 def tree_min(tree, *, default=_MISSING, key=None, is_leaf=None, none_is_leaf=False,
              namespace=""):
+    """The smallest leaf of ``tree`` (``min`` with ``default`` and ``key``)."""
     return _extremum(min, tree, default, key, is_leaf, none_is_leaf, namespace)
 
 
 def tree_all(tree, *, is_leaf=None, none_is_leaf=False, namespace=""):
+    """True when every leaf of ``tree`` is true."""
     return all(tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace))
 
 
 def tree_any(tree, *, is_leaf=None, none_is_leaf=False, namespace=""):
+    """True when some leaf of ``tree`` is true."""
     return any(tree_leaves(tree, is_leaf, none_is_leaf=none_is_leaf, namespace=namespace))
 
 
@@ -210,27 +227,33 @@ def register_pytree_node_class(cls=None, *, namespace=""):
 
 # -- treespec helpers ---------------------------------------------------------
 def treespec_leaf(*, none_is_leaf=False):
+    """The TreeSpec of a single leaf."""
     return tree_structure(0, none_is_leaf=none_is_leaf)
 
 
 def treespec_none(*, none_is_leaf=False):
+    """The TreeSpec of ``None`` (a node without children unless ``none_is_leaf``)."""
     return tree_structure(None, none_is_leaf=none_is_leaf)
 
 
 def treespec_tuple(treespecs=(), *, none_is_leaf=False):
+    """The TreeSpec of a tuple whose children have the given TreeSpecs."""
     children = tuple(_tree.unflatten(s, [0] * s.num_leaves) for s in treespecs)
     return tree_structure(children, none_is_leaf=none_is_leaf)
 
 
 def treespec_is_leaf(treespec, strict=True):
+    """True when ``treespec`` is the TreeSpec of a single leaf."""
     return treespec.num_leaves == 1 and treespec == treespec_leaf()
 
 
 def treespec_is_strict_leaf(treespec):
+    """True when ``treespec`` is the TreeSpec of a single leaf."""
     return treespec_is_leaf(treespec)
 
 
 def treespec_paths(treespec):
+    """The path (tuple of keys and indices) of every leaf of ``treespec``."""
     return tree_paths(_tree.unflatten(treespec, [0] * treespec.num_leaves))
 
 
@@ -240,10 +263,12 @@ def treespec_children(treespec):
 
 
 def treespec_child(treespec, index):
+    """The TreeSpec of the child number ``index``."""
     return treespec_children(treespec)[index]
 
 
 def treespec_entry(treespec, index):
+    """The key, field name or index of the child number ``index``."""
     return treespec_entries(treespec)[index]
 
 
@@ -261,6 +286,8 @@ def treespec_is_prefix(treespec, other_treespec, strict=False):
 
 
 def treespec_is_suffix(treespec, other_treespec, strict=False):
+    """True when ``treespec`` is a suffix of ``other_treespec``
+    (``other_treespec`` is a prefix of it)."""
     return treespec_is_prefix(other_treespec, treespec, strict=strict)
 
 
@@ -298,6 +325,7 @@ def tree_broadcast_prefix(prefix_tree, full_tree, is_leaf=None, *, none_is_leaf=
 
 # -- namedtuple / structseq ----------------------------------------------------
 def namedtuple_fields(obj):
+    """The field names of a namedtuple (instance or class); TypeError for anything else."""
     cls = obj if isinstance(obj, type) else type(obj)
     if not is_namedtuple_class(cls):
         raise TypeError(f"namedtuple_fields: expected a namedtuple, got {cls.__name__}")
@@ -305,15 +333,18 @@ def namedtuple_fields(obj):
 
 
 def is_structseq_class(cls):
+    """True when ``cls`` is a structseq class (``torch.return_types``, ``os.stat_result``)."""
     return (isinstance(cls, type) and issubclass(cls, tuple)
             and isinstance(getattr(cls, "n_sequence_fields", None), int))
 
 
 def is_structseq(obj):
+    """True when ``obj`` is a structseq or a structseq class."""
     return is_structseq_class(obj if isinstance(obj, type) else type(obj))
 
 
 def structseq_fields(obj):
+    """The field names of a structseq (instance or class); TypeError for anything else."""
     cls = obj if isinstance(obj, type) else type(obj)
     if not is_structseq_class(cls):
         raise TypeError(f"structseq_fields: expected a structseq, got {cls.__name__}")
@@ -376,6 +407,7 @@ def tree_add_scalar_mul(tree_x, tree_y, alpha=None):
 
 
 def tree_sub(minuend_tree, subtrahend_tree):
+    """The leafwise difference ``minuend_tree - subtrahend_tree``."""
     return _tree.sub(minuend_tree, subtrahend_tree)
 
 
@@ -385,18 +417,22 @@ def tree_sub_scalar_mul(tree_x, tree_y, alpha=None):
 
 
 def tree_mul(*trees):
+    """The leafwise product of the trees (same structure)."""
     return _elementwise(_operator.mul, trees)
 
 
 def tree_matmul(*trees):
+    """The leafwise matrix product of the trees (same structure)."""
     return _elementwise(_operator.matmul, trees)
 
 
 def tree_scalar_mul(scalar, multiplicand_tree):
+    """Every leaf of ``multiplicand_tree`` multiplied by ``scalar``."""
     return _tree.scalar_mul(scalar, multiplicand_tree)
 
 
 def tree_truediv(dividend_tree, divisor_tree):
+    """The leafwise quotient ``dividend_tree / divisor_tree``."""
     return _elementwise(_operator.truediv, (dividend_tree, divisor_tree))
 
 

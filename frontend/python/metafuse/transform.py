@@ -83,7 +83,7 @@ def scale_by_accelerated_adam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0,
 
 
 def scale_by_adamax(b1=0.9, b2=0.999, eps=1e-6, moment_requires_grad=False):
-    """mu_hat / max(b2 * nu, |g| + eps) (torch.optim.Adamax's rule;
+    """mu_hat / max(b2 * nu, ``|g|`` + eps) (torch.optim.Adamax's rule;
     TorchOpt's default eps=1e-6)."""
     b1, b2 = _betas((b1, b2))
     return GradientTransformation(_core.scale_by_adamax(
@@ -197,7 +197,16 @@ def masked(inner, mask=None):
 
 
 def nan_to_num(nan=0.0, posinf=None, neginf=None):
-    """Replaces NaN and infinities in the updates (torch.nan_to_num)."""
+    """Replaces NaN and infinities in the updates (torch.nan_to_num).
+
+    Args:
+        nan: the value of NaN entries.
+        posinf, neginf: the values of infinite entries (None: the dtype's
+            largest and smallest finite values).
+
+    Returns:
+        A GradientTransformation (stateless).
+    """
     return GradientTransformation(_core.nan_to_num(
         float(nan), None if posinf is None else float(posinf),
         None if neginf is None else float(neginf)))
@@ -205,10 +214,19 @@ def nan_to_num(nan=0.0, posinf=None, neginf=None):
 
 def clip_grad_norm(max_norm, norm_type=2.0, error_if_nonfinite=False):
     """Scales updates to a global norm of at most ``max_norm``
-    (torch.nn.utils.clip_grad_norm_ and TorchOpt semantics: the norm is
+    (``torch.nn.utils.clip_grad_norm_`` and TorchOpt semantics: the norm is
     computed without a graph, so gradients flow through the scaling by a
-    constant only). ``error_if_nonfinite=True`` raises RuntimeError when the
-    norm is NaN or infinite."""
+    constant only).
+
+    Args:
+        max_norm: the largest global norm of the updates.
+        norm_type: the norm's order (``inf`` for the largest entry).
+        error_if_nonfinite: raise RuntimeError when the norm is NaN or
+            infinite.
+
+    Returns:
+        A GradientTransformation (stateless).
+    """
     return GradientTransformation(_core.clip_grad_norm(
         _number(max_norm, "max_norm", 0.0), float(norm_type),
         bool(error_if_nonfinite)))

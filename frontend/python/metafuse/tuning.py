@@ -17,20 +17,43 @@ __all__ = ["report", "format_report", "rule"]
 
 
 def report():
-    """[{"table", "key", "choice", "source", "note"}] in the order first
-    made. ``source``: "measured" (timed in this process), "machine file"
-    (timed by an earlier process on this machine; ``note`` is the file) or
-    "setting" (an environment variable chose; ``note`` names it)."""
+    """The measured choices this process made or read (GEMM kernels,
+    convolution algorithms, vmap strategies, fusion checks...).
+
+    Returns:
+        A list of dicts with the keys "table", "key", "choice", "source" and
+        "note", in the order first made. ``source``: "measured" (timed in
+        this process), "machine file" (timed by an earlier process on this
+        machine; ``note`` is the file) or "setting" (an environment variable
+        chose; ``note`` names it).
+    """
     return _C._tuning.report()
 
 
 def rule():
-    """The timing rule's constants: repeats, budget, give-up factor, margin."""
+    """The timing rule's constants.
+
+    Returns:
+        A dict: ``least_repeats`` and ``most_repeats`` (timed runs per
+        candidate after an untimed warm-up; the last one only while its
+        runs total under ``repeat_budget_seconds``), ``give_up_factor`` (a
+        candidate this many times slower than the fastest warm-up is not
+        repeated) and ``margin`` (how much faster than the default a rival
+        must be to replace it).
+    """
     return _C._tuning.rule()
 
 
 def format_report(records, limit=20):
-    """The report as text, one line per choice (the first ``limit``)."""
+    """The report as text, one line per choice.
+
+    Args:
+        records: what :func:`report` returned.
+        limit: at most this many lines of choices (then a count of the rest).
+
+    Returns:
+        A string ("no measured choice" for an empty report).
+    """
     if not records:
         return "no measured choice"
     lines = [f"{r['table']}: {r['key']} -> {r['choice']} ({r['source']}"

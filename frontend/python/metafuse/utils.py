@@ -84,12 +84,22 @@ def extract_state_dict(target, *, by="reference", device=None,
     """A snapshot of an nn.Module's parameters (and buffers) as a
     :class:`ModuleState`, or of a MetaOptimizer's state (a tuple per group).
 
-    ``by='reference'`` (or 'ref') keeps the tensors themselves (and their
-    graph), 'copy' ('clone') clones them (graph kept), 'deepcopy'
-    ('deepclone') clones them detached, Parameters staying Parameters.
-    ``device`` moves the copies. ``detach_buffers`` deep-copies the buffers
-    whatever ``by`` is. ``enable_visual`` records parameter names for
-    :func:`metafuse.visual.make_dot`, prefixed with ``visual_prefix``.
+    Args:
+        target: an nn.Module or a MetaOptimizer.
+        by: ``'reference'`` (or ``'ref'``) keeps the tensors themselves (and
+            their graph), ``'copy'`` (``'clone'``) clones them (graph kept),
+            ``'deepcopy'`` (``'deepclone'``) clones them detached, Parameters
+            staying Parameters.
+        device: moves the copies there.
+        with_buffers: include the module's buffers.
+        detach_buffers: deep-copy the buffers whatever ``by`` is.
+        enable_visual: record parameter names for
+            :func:`metafuse.visual.make_dot`, prefixed with ``visual_prefix``.
+        visual_prefix: see ``enable_visual``.
+
+    Returns:
+        A ModuleState for a module, a tuple of group states for a
+        MetaOptimizer; :func:`recover_state_dict` writes it back.
     """
     by = _normalize_by(by)
     replicate, detached = _replicator(by, device)
@@ -117,7 +127,12 @@ def extract_state_dict(target, *, by="reference", device=None,
 
 
 def recover_state_dict(target, state):
-    """Writes a snapshot from extract_state_dict back into ``target``."""
+    """Writes a snapshot from extract_state_dict back into ``target``.
+
+    Args:
+        target: the nn.Module or MetaOptimizer the snapshot was taken of.
+        state: what :func:`extract_state_dict` returned.
+    """
     if isinstance(target, MetaOptimizer):
         target.load_state_dict(state)
         return
@@ -157,7 +172,12 @@ def _stop(tensors):
 def stop_gradient(target):
     """Cuts the graph behind a module's parameters, an optimizer's state, a
     ModuleState or a tree of tensors, in place: later backward passes stop
-    there."""
+    there.
+
+    Args:
+        target: an nn.Module, a MetaOptimizer, a ModuleState or a pytree of
+            tensors.
+    """
     if isinstance(target, MetaOptimizer):
         tensors = _tree.leaves(target.state_dict())
     elif isinstance(target, torch.nn.Module):
@@ -180,7 +200,18 @@ def module_clone(target, *, by="reference", detach_buffers=False, device=None):
     originals (by='reference'), clones that keep the graph ('copy') or
     detached clones ('deepcopy'); of a tree of tensors, the tree of copies.
     Works on modules whose parameters are non-leaf tensors produced by a
-    MetaOptimizer, which copy.deepcopy alone rejects."""
+    MetaOptimizer, which copy.deepcopy alone rejects.
+
+    Args:
+        target: an nn.Module, a MetaOptimizer or a pytree of tensors.
+        by: ``'reference'``, ``'copy'`` or ``'deepcopy'``, as for
+            :func:`extract_state_dict`.
+        detach_buffers: deep-copy the buffers whatever ``by`` is.
+        device: moves the copies there.
+
+    Returns:
+        The copy.
+    """
     by = _normalize_by(by)
     if isinstance(target, (torch.nn.Module, MetaOptimizer)):
         if isinstance(target, torch.nn.Module):
@@ -217,7 +248,18 @@ def functional_call(module, params, *args, **kwargs):
     """Calls ``module(*args, **kwargs)`` with its parameters replaced by the
     tensors in ``params`` (a dict: qualified name -> tensor), then restores
     them. Unlike torch's stateless API it is traceable, so loss functions
-    written with it compile (metafuse.compile_inner_loop)."""
+    written with it compile (metafuse.compile_inner_loop).
+
+    Args:
+        module: the nn.Module to call.
+        params: a dict from qualified parameter names to tensors; the
+            module's parameters it does not name keep their values.
+        *args: the module's positional arguments.
+        **kwargs: its keyword arguments.
+
+    Returns:
+        What ``module(*args, **kwargs)`` returns.
+    """
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"functional_call: `module` must be an nn.Module, got "
                         f"{type(module).__name__}")

@@ -278,6 +278,7 @@ class ZeroOrderGradientModule(torch.nn.Module):
             cls.forward = forward
 
     def sample(self, sample_shape):
+        """Noise of shape ``sample_shape`` for the zero-order estimate; subclasses define it."""
         raise NotImplementedError(
             f"{type(self).__name__} must define sample(sample_shape) returning "
             "noise of that shape")

@@ -8,6 +8,16 @@ from metafuse.base import GradientTransformation, apply_updates
 
 
 class FuncOptimizer:
+    """An optimizer for functional code: ``step(loss, params)`` returns the
+    updated parameters (a pytree like ``params``) from one update of the
+    GradientTransformation ``impl``, whose state it keeps.
+
+    Args:
+        impl: the update (``metafuse.sgd(...)``, ``metafuse.adam(...)``...).
+        inplace: update the tensors of ``params`` in place (not
+            differentiable); False keeps the update in the autograd graph.
+    """
+
     def __init__(self, impl, *, inplace=False):
         if not isinstance(impl, GradientTransformation):
             raise TypeError("FuncOptimizer: `impl` must be a "
@@ -37,7 +47,9 @@ class FuncOptimizer:
         return apply_updates(params, updates, inplace=inplace)
 
     def state_dict(self):
+        """The optimizer state (None before the first step)."""
         return self.optim_state
 
     def load_state_dict(self, state):
+        """Replaces the optimizer state with ``state`` (from state_dict)."""
         self.optim_state = state

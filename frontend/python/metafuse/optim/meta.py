@@ -25,7 +25,20 @@ from metafuse.optim import _factory
 
 class MetaOptimizer:
     """Base class: a GradientTransformation applied differentiably to the
-    parameters of one or more modules (one param group per module)."""
+    parameters of one or more modules (one param group per module).
+
+    ``step(loss)`` computes the gradients of ``loss`` with
+    ``create_graph=True`` and replaces each parameter of the module by its
+    updated value, so a loss computed afterwards reaches the original
+    parameters through the updates (MAML's inner loop).
+
+    Args:
+        module: the nn.Module whose trainable parameters are updated.
+        impl: a GradientTransformation (``metafuse.sgd(0.1)``...), or, for the
+            subclasses, the function that makes one from ``hyperparameters``.
+        hyperparameters: the keyword arguments of ``impl`` when it is a
+            function.
+    """
 
     def __init__(self, module, impl, hyperparameters=None):
         if not isinstance(module, torch.nn.Module):
@@ -135,7 +148,12 @@ def _make(stem):
     return _factory.make_class(
         "Meta" + stem, MetaOptimizer, stem, "module",
         f"Differentiable {stem} on an nn.Module's parameters; TorchOpt's "
-        f"signature, update as metafuse.{fn.__name__}.",
+        f"signature, update as metafuse.{fn.__name__}.\n\n"
+        f"Args:\n"
+        f"    module: the nn.Module whose trainable parameters ``step(loss)``\n"
+        f"        replaces by their updated, differentiable values.\n"
+        f"    lr, ...: the hyperparameters of metafuse.{fn.__name__} (see there),\n"
+        f"        in TorchOpt's order and with TorchOpt's defaults.\n",
         _factory.META_SIGNATURES)
 
 

@@ -22,6 +22,15 @@ class Optimizer(torch.optim.Optimizer):
     chains and user-written ones included, over all parameter groups. The
     subclasses (SGD, Adam, ...) build theirs from each group's
     hyperparameters, so schedulers that change ``group["lr"]`` work.
+
+    Args:
+        params: an iterable of tensors or of param-group dicts, as for
+            torch.optim.
+        impl: the GradientTransformation (``metafuse.adam(1e-3)``...), or, for
+            the subclasses, the function that makes one from a group's
+            hyperparameters.
+        defaults: the default hyperparameters of the groups when ``impl`` is
+            such a function.
     """
 
     def __init__(self, params, impl, defaults=None):
@@ -152,7 +161,12 @@ def _make(stem, name=None):
     return _factory.make_class(
         name or stem, Optimizer, stem, "params",
         f"torch.optim-compatible {stem} (a torch.optim.Optimizer subclass); "
-        f"TorchOpt's signature, update as metafuse.{fn.__name__}.",
+        f"TorchOpt's signature, update as metafuse.{fn.__name__}.\n\n"
+        f"Args:\n"
+        f"    params: an iterable of tensors or of param-group dicts, as for\n"
+        f"        torch.optim.\n"
+        f"    lr, ...: the hyperparameters of metafuse.{fn.__name__} (see there),\n"
+        f"        in TorchOpt's order and with TorchOpt's defaults.\n",
         _factory.OOP_SIGNATURES)
 
 

@@ -102,8 +102,8 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
        ridge=0.0):
     """Solves A x = b by (preconditioned) conjugate gradient, A symmetric
     positive definite: a callable on pytrees shaped like ``b``, a matrix, or
-    a tree of matrices (one per leaf of ``b``). Stops when |residual| <=
-    max(rtol |b|, atol) or after ``maxiter`` iterations (default: 10 x the
+    a tree of matrices (one per leaf of ``b``). Stops when ``|residual|`` <=
+    max(rtol ``|b|``, atol) or after ``maxiter`` iterations (default: 10 x the
     number of unknowns). ``M`` is a preconditioner approximating A^-1 (same
     forms as A). ``ridge`` (a metafuse extension) solves (A + ridge I) x = b.
     Warns (ConvergenceWarning) with the residual reached if the tolerance is
@@ -231,8 +231,8 @@ def _warn_unconverged(name, converged, iterations):
 def torch_cg(op, b, init=None, *, ridge=0.0, maxiter=None, rtol=1e-10, atol=0.0,
              precondition=None, name="cg"):
     """Conjugate gradient on leaf lists (``op``: leaves -> leaves), as
-    torch operations: C++ cg's iteration and tolerance (|residual| <=
-    max(rtol |b|, atol), at most ``maxiter`` iterations, default 10 x the
+    torch operations: C++ cg's iteration and tolerance (``|residual|`` <=
+    max(rtol ``|b|``, atol), at most ``maxiter`` iterations, default 10 x the
     unknowns, a breakdown p^T A p <= 0 stops), with each batch entry's
     updates masked once it stops. Differentiable; runs under vmap."""
     limit = maxiter if maxiter is not None else max(10 * _unknowns(b), 1)
@@ -280,7 +280,7 @@ def torch_neumann(op, b, alpha, *, ridge=0.0, maxiter=10, rtol=None, atol=0.0,
                   name="ns"):
     """alpha sum_k (I - alpha (A + ridge I))^k b as torch operations:
     ``maxiter`` terms after the first; with ``rtol``, each batch entry stops
-    adding terms once a term is below alpha max(rtol |b|, atol)."""
+    adding terms once a term is below alpha max(rtol ``|b|``, atol)."""
     term = [alpha * t for t in b]
     x = list(term)
     if rtol is None:

@@ -128,7 +128,7 @@ def solve_inv(*, ridge=None, ns=False, maxiter=None, alpha=None, rtol=None,
     unknown, then LU; exact, for small problems) or, with ``ns=True``, by
     the Neumann series with step ``alpha`` (None: 1): ``maxiter`` terms
     (default 10) as TorchOpt does, or, given ``rtol`` (a metafuse
-    extension), until the residual is below max(rtol |b|, atol)."""
+    extension), until the residual is below max(rtol ``|b|``, atol)."""
     ridge = linalg._check_options("solve_inv", ridge,
                                   None if maxiter == 0 else maxiter,
                                   0.0 if rtol is None else rtol, atol)

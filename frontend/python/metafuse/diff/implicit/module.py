@@ -80,6 +80,11 @@ def _check_method(cls, name):
 
 
 class ImplicitMetaGradientModule(MetaGradientModule):
+    """An inner problem as an nn.Module whose solution is differentiated
+    implicitly: subclass it with ``objective`` (or ``optimality``) and
+    ``solve`` methods, optionally ``linear_solve=`` a solver of
+    metafuse.diff.implicit.linear_solve (see the module docstring)."""
+
     _linear_solve = None
 
     def __new__(cls, *args, **kwargs):

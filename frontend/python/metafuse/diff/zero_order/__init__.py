@@ -1,5 +1,5 @@
 """Zero-order (evolution-strategies) gradients; see
-:mod:`metafuse.diff.zero_order_impl`. As in TorchOpt the module itself is
+``metafuse.diff.zero_order_impl``. As in TorchOpt the module itself is
 callable: ``metafuse.diff.zero_order(distribution, ...)`` is the decorator
 :func:`zero_order`."""
 
