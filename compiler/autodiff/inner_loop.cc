@@ -76,6 +76,8 @@ std::shared_ptr<Graph> BuildInnerLoopProgram(const Graph& loss_graph,
               "unsupported optimizer '", o.kind, "'");
   TORCH_CHECK(!o.lr_is_input || o.kind == "sgd",
               "a tensor learning rate is compiled for sgd only");
+  TORCH_CHECK(o.momentum == 0.0,
+              "sgd with momentum is compiled as a loop only (inner_loop_body.h)");
   auto program = std::make_shared<Graph>();
   std::vector<Value*> params, fixed;
   for (int64_t i = 0; i < n_in; ++i) {

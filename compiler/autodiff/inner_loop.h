@@ -29,6 +29,9 @@ struct OptimizerSpec {
   double weight_decay = 0.0;
   bool maximize = false;
   double b1 = 0.9, b2 = 0.999, eps = 1e-8, eps_root = 0.0;  // adam
+  // sgd with momentum (torch.optim.SGD's; compiled as a loop only)
+  double momentum = 0.0, dampening = 0.0;
+  bool nesterov = false;
 };
 
 struct InnerLoopLayout {

@@ -79,9 +79,7 @@ std::shared_ptr<const runtime::LoopSection> CompiledInnerLoop::LoopFor(
        i < layout.num_params + layout.num_batch + layout.num_extra + num_lr; ++i) {
     made->fixed_inputs.push_back(i);
   }
-  if (PerStepInputs(spec_.optimizer) > 0) {
-    made->per_step = AdamTables(spec_.optimizer, layout.steps, param.options());
-  }
+  made->per_step = PerStepTables(spec_.optimizer, layout.steps, param.options());
   made->num_results = layout.num_params;
   made->return_losses = layout.return_losses;
   made->memory_budget = layout.memory_budget;

@@ -342,14 +342,16 @@ void BindCompiler(py::module_& parent) {
   py::class_<OptimizerSpec>(m, "OptimizerSpec")
       .def(py::init([](const std::string& kind, double lr, bool lr_is_input, bool lr_per_param,
                        double weight_decay, bool maximize, double b1, double b2, double eps,
-                       double eps_root) {
-             return OptimizerSpec{kind, lr, lr_is_input, lr_per_param, weight_decay,
-                                  maximize, b1, b2, eps, eps_root};
+                       double eps_root, double momentum, double dampening, bool nesterov) {
+             return OptimizerSpec{kind,     lr,        lr_is_input, lr_per_param, weight_decay,
+                                  maximize, b1,        b2,          eps,          eps_root,
+                                  momentum, dampening, nesterov};
            }),
            py::kw_only(), py::arg("kind") = "sgd", py::arg("lr") = 0.1,
            py::arg("lr_is_input") = false, py::arg("lr_per_param") = false,
            py::arg("weight_decay") = 0.0, py::arg("maximize") = false, py::arg("b1") = 0.9,
-           py::arg("b2") = 0.999, py::arg("eps") = 1e-8, py::arg("eps_root") = 0.0)
+           py::arg("b2") = 0.999, py::arg("eps") = 1e-8, py::arg("eps_root") = 0.0,
+           py::arg("momentum") = 0.0, py::arg("dampening") = 0.0, py::arg("nesterov") = false)
       .def_readwrite("kind", &OptimizerSpec::kind)
       .def_readwrite("lr", &OptimizerSpec::lr);
 

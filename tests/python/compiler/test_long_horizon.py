@@ -5,6 +5,7 @@ and the checkpointed runs against the fully stored one (torch.equal); the
 schedule's recomputation counted; memory bounded; bad arguments refused."""
 
 import gc
+import math
 import warnings
 
 import pytest
@@ -341,3 +342,54 @@ def test_batched_looped_loop_matches_the_tasks_one_by_one(kind):
     with pytest.raises(ValueError, match="`return_losses` is not supported by batched"):
         mf.compile_inner_loop(loss_fn, tx, steps=24, unroll=False,
                               return_losses=True).batched(params(), xs, ys)
+
+
+def reference_sgd_momentum(p, x, y, lr, steps, momentum, dampening, nesterov):
+    """torch.optim.SGD's momentum rule written by hand, differentiable."""
+    keys = list(p)
+    buf = {}
+    for _ in range(steps):
+        grads = torch.autograd.grad(loss_fn(p, x, y), [p[k] for k in keys], create_graph=True)
+        new = {}
+        for k, g in zip(keys, grads):
+            buf[k] = g if k not in buf else momentum * buf[k] + (1 - dampening) * g
+            d = g + momentum * buf[k] if nesterov else buf[k]
+            new[k] = p[k] - lr * d
+        p = new
+    return p
+
+
+@pytest.mark.parametrize("nesterov,dampening", [(False, 0.0), (False, 0.3), (True, 0.0)])
+def test_sgd_with_momentum_is_compiled_as_a_loop(nesterov, dampening):
+    tx = mf.sgd(0.05, momentum=0.9, dampening=dampening, nesterov=nesterov)
+    x, y, xq, yq = batch()
+    p = params()
+    ref = reference_sgd_momentum(p, x, y, 0.05, 30, 0.9, dampening, nesterov)
+    loss_fn(ref, xq, yq).backward()
+    results = []
+    for memory in (None, "auto"):
+        adapt = mf.compile_inner_loop(loss_fn, tx, steps=30, memory=memory, unroll=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CompilationFallbackWarning)
+            results.append(meta_gradient(adapt)[0])
+    assert_equal(results[1], results[0])
+    for a, b in zip(results[0], [v.grad for v in p.values()]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    unrolled = mf.compile_inner_loop(loss_fn, tx, steps=5, unroll=True)
+    with pytest.warns(CompilationFallbackWarning, match="momentum is compiled as a loop only"):
+        meta_gradient(unrolled)
+
+
+def test_the_long_horizon_example_learns_its_rates():
+    """examples/long_horizon_hyperparameters.py, shortened: the per-layer
+    rates learned through a checkpointed loop lower the validation loss."""
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples",
+                        "long_horizon_hyperparameters.py")
+    spec = importlib.util.spec_from_file_location("long_horizon_hyperparameters", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    history = example.main(steps=100, meta_steps=8, meta_lr=0.2, verbose=False)
+    assert history[-1][0] < 0.95 * history[0][0], history
+    assert all(math.isfinite(v) for loss, rates in history for v in [loss] + rates)

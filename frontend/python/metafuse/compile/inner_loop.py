@@ -218,6 +218,9 @@ class CompiledInnerLoop(CompiledBase):
         self.compile_count += 1
         if spec is None:
             return self._fallback(reason)
+        if spec["momentum"] and not self.looped:
+            return self._fallback("sgd with momentum is compiled as a loop only (unroll=False, "
+                                  f"or more than {UNROLL_MAX_STEPS} steps)")
         n_params, n_batch = len(param_leaves), len(batch_leaves)
 
         def flat_loss(*flat):

@@ -1,6 +1,6 @@
-"""The compiler's description of a metafuse optimizer alias (sgd, adam,
-adamw): the OptimizerSpec that compile_inner_loop unrolls, or why the
-optimizer is not compiled."""
+"""The compiler's description of a metafuse optimizer alias (sgd, with or
+without momentum, adam, adamw): the OptimizerSpec that compile_inner_loop
+compiles, or why the optimizer is not compiled."""
 
 import numbers
 
@@ -25,7 +25,8 @@ def optimizer_spec(optimizer):
     spec = {"kind": name, "lr": 0.0, "lr_is_input": False, "lr_per_param": False,
             "weight_decay": float(h.get("weight_decay", 0.0)),
             "maximize": bool(h.get("maximize", False)),
-            "b1": 0.9, "b2": 0.999, "eps": 1e-8, "eps_root": 0.0}
+            "b1": 0.9, "b2": 0.999, "eps": 1e-8, "eps_root": 0.0,
+            "momentum": 0.0, "dampening": 0.0, "nesterov": False}
     if isinstance(lr, torch.Tensor) or (name == "sgd" and _is_rate_tree(lr)):
         if name != "sgd":
             return None, "a tensor learning rate is compiled for sgd only"
@@ -36,7 +37,10 @@ def optimizer_spec(optimizer):
     else:
         return None, "a learning-rate schedule is not compiled"
     if name == "sgd" and float(h.get("momentum", 0.0)) != 0.0:
-        return None, "sgd with momentum is not compiled yet"
+        # compiled as a loop only (compile_inner_loop checks the form)
+        spec["momentum"] = float(h["momentum"])
+        spec["dampening"] = float(h.get("dampening", 0.0))
+        spec["nesterov"] = bool(h.get("nesterov", False))
     if name != "sgd":
         if h.get("amsgrad"):
             return None, "amsgrad is not compiled"
