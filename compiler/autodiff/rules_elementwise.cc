@@ -83,9 +83,16 @@ void AddElementwiseRules(RuleTable& t) {
              e.as_mask(e.op("aten::gt", {n->output(), e.c(0.0)}), go[0]);
          return {e.mul(go[0], mask)};
        });
+  // go / (2 sqrt(x)), and exactly 0 where go is exactly 0: at x = 0 the
+  // local derivative is infinite, and 0 * inf would be NaN where the path
+  // contributes nothing. Adam's root is such a point: its cotangent carries
+  // the first moment, which is exactly 0 when the second moment is (a unit
+  // whose gradients were all 0), and the exact meta-gradient is finite.
   t.emplace("aten::sqrt",
        [](Emit& e, Node* n, const Grads& go) -> Grads {
-         return {e.div(go[0], e.mul(n->output(), e.c(2.0)))};
+         Value* quotient = e.div(go[0], e.mul(n->output(), e.c(2.0)));
+         Value* zero_cotangent = e.op("aten::eq", {go[0], e.c(0.0)});
+         return {e.op("aten::where", {zero_cotangent, e.zeros_like(quotient), quotient})};
        });
   t.emplace("aten::pow",
        [](Emit& e, Node* n, const Grads& go) -> Grads {

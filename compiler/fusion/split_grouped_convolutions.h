@@ -5,7 +5,7 @@
 // (groups = tasks), and the symbolic derivatives of a grouped convolution
 // are grouped convolutions again. LibTorch's CPU kernels can be far slower on
 // a grouped convolution than on its groups one after another (measured
-// 8-10x with torch 1.13 on the Omniglot MAML shapes: docs/sweep.md). Which is
+// 8-10x with torch 1.13 on the Omniglot MAML shapes: bench/grouped_conv.py). Which is
 // faster depends on the shapes, the LibTorch build and the threads, so this
 // pass does not guess: for each distinct grouped aten::conv2d /
 // aten::conv_transpose2d of a shape-specialized graph it times both forms

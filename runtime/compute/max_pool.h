@@ -5,7 +5,7 @@
 // Why: LibTorch 1.13's NCHW kernel takes 20 ms for the Omniglot net's
 // 75 x 64 x 28 x 28 query activations on this machine, 5 ns per element
 // (its channels-last kernel: 2.7 ms); it was 17% of the compiled query
-// loss (docs/sweep.md). Float32 2x2 windows on AVX-512 run 16 outputs a
+// loss (bench/max_pool_bench.cc). Float32 2x2 windows on AVX-512 run 16 outputs a
 // step through a column permute, any row width (ATen / planes on the
 // query layers: 13x at 28x28, 16x at 14x14, 6.5x at 7x7). Values and
 // indices are ATen's: a window's first

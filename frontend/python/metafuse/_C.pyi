@@ -53,7 +53,7 @@ class _compiler:  # submodule metafuse._C._compiler
         return_losses: Any
         steps: Any
     class OptimizerSpec():
-        def __init__(self: OptimizerSpec, *, kind: str = 'sgd', lr: typing.SupportsFloat | typing.SupportsIndex = 0.1, lr_is_input: bool = False, lr_per_param: bool = False, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, maximize: bool = False, b1: typing.SupportsFloat | typing.SupportsIndex = 0.9, b2: typing.SupportsFloat | typing.SupportsIndex = 0.999, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-08, eps_root: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None: ...
+        def __init__(self: OptimizerSpec, *, kind: str = 'sgd', lr: typing.SupportsFloat | typing.SupportsIndex = 0.1, lr_is_input: bool = False, lr_per_param: bool = False, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, maximize: bool = False, b1: typing.SupportsFloat | typing.SupportsIndex = 0.9, b2: typing.SupportsFloat | typing.SupportsIndex = 0.999, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-08, eps_root: typing.SupportsFloat | typing.SupportsIndex = 0.0, momentum: typing.SupportsFloat | typing.SupportsIndex = 0.0, dampening: typing.SupportsFloat | typing.SupportsIndex = 0.0, nesterov: bool = False) -> None: ...
         kind: Any
         lr: Any
     class Profile():

@@ -18,6 +18,14 @@ from metafuse.compiler import CompilationFallbackWarning
 D = torch.float64
 
 
+@pytest.fixture(autouse=True)
+def fused_programs(monkeypatch):
+    """Every loop here runs its fused (specialized) program: the fusion cost
+    check could keep the unfused one for one loop and not for another, and
+    the tests compare bits across loops."""
+    monkeypatch.setenv("METAFUSE_FUSION_CHECK", "0")
+
+
 def params(dtype=D, seed=1):
     g = torch.Generator().manual_seed(seed)
     p = {"w1": 0.4 * torch.randn(4, 12, generator=g), "b1": torch.zeros(12),
@@ -76,8 +84,7 @@ def reference_sgd(p, x, y, lr, steps):
 
 @pytest.mark.parametrize("fusion", [True, False], ids=["fused", "unfused"])
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
-def test_looped_matches_unrolled_and_a_hand_written_reference(kind, fusion, monkeypatch):
-    monkeypatch.setenv("METAFUSE_FUSION_CHECK", "0")  # each program checked explicitly
+def test_looped_matches_unrolled_and_a_hand_written_reference(kind, fusion):
     steps = 12
     tx = mf.sgd(0.1) if kind == "sgd" else mf.adam(0.02)
     grads = {}
@@ -319,7 +326,8 @@ def test_batched_looped_loop_matches_the_tasks_one_by_one(kind):
             warnings.simplefilter("error", CompilationFallbackWarning)
             fast = adapt.batched(p, xs, ys)
         assert fast["w1"].shape == (tasks, 4, 12)
-        torch.func.vmap(loss_fn)(fast, xq, yq).sum().backward()
+        sum(loss_fn({k: v[t] for k, v in fast.items()}, xq[t], yq[t])
+            for t in range(tasks)).backward()
         results[memory] = ([v.grad.clone() for v in p.values()],
                            [v.detach() for v in fast.values()])
     assert_equal(results["auto"][0], results[None][0])
@@ -393,3 +401,43 @@ def test_the_long_horizon_example_learns_its_rates():
     history = example.main(steps=100, meta_steps=8, meta_lr=0.2, verbose=False)
     assert history[-1][0] < 0.95 * history[0][0], history
     assert all(math.isfinite(v) for loss, rates in history for v in [loss] + rates)
+
+
+@pytest.mark.parametrize("unroll_steps", [1, 2])
+def test_adam_derivative_at_an_exact_zero_gradient_is_exact(unroll_steps):
+    """The looped Adam at a gradient that is exactly 0 (eps_root 0): one
+    step is u(g) = -lr g / (|g| + eps), so d u / d g = -lr eps / (|g| + eps)^2,
+    -lr / eps at g = 0 (not NaN); a second step keeps it finite. Checked
+    against the formula and central finite differences in float64."""
+    lr, eps = 0.1, 1e-8
+    c = torch.tensor([0.0, 1e-3, -2.0], dtype=D, requires_grad=True)
+
+    def linear_loss(p, x):
+        return (p["w"] * c).sum() + 0 * x.sum()
+
+    adapt = mf.compile_inner_loop(linear_loss, mf.adam(lr, eps=eps), steps=unroll_steps,
+                                  unroll=False)
+    p = {"w": torch.zeros(3, dtype=D, requires_grad=True)}
+    x = torch.zeros(1, dtype=D)
+    adapt(p, x)["w"].sum().backward()
+    assert torch.isfinite(c.grad).all(), c.grad
+    if unroll_steps == 1:
+        expected = -lr * eps / (c.detach().abs() + eps) ** 2
+        # (at g = -2 the derivative, 2.5e-10, is a difference of terms near
+        # lr / |g|: float64 rounding leaves about 1e-18 absolute)
+        torch.testing.assert_close(c.grad, expected, rtol=1e-9, atol=1e-16)
+    h = 1e-6  # central differences beside the kink at 0
+    for i in (1,):
+        def final(ci):
+            cc = c.detach().clone()
+            cc[i] = ci
+            w = torch.zeros(3, dtype=D)
+            mu = nu = torch.zeros(3, dtype=D)
+            for t in range(1, unroll_steps + 1):
+                mu = 0.9 * mu + 0.1 * cc
+                nu = 0.999 * nu + 0.001 * cc * cc
+                w = w - lr * (mu / (1 - 0.9 ** t)) / ((nu / (1 - 0.999 ** t)).sqrt() + eps)
+            return float(w[i])
+        ci = float(c.detach()[i])
+        fd = (final(ci + h * abs(ci)) - final(ci - h * abs(ci))) / (2 * h * abs(ci))
+        assert abs(float(c.grad[i]) - fd) <= 1e-5 * abs(fd) + 1e-12, (i, float(c.grad[i]), fd)

@@ -53,9 +53,10 @@ _core = _C._compiler
 
 __all__ = ["compile_inner_loop", "CompiledInnerLoop", "UNROLL_MAX_STEPS"]
 
-# The longest loop unrolled by default: up to here one program of K steps
-# (fused across step boundaries, one launch sequence) is at least as fast as
-# the loop, and its compile time is still small (docs/long_horizon.md).
+#: The longest loop compile_inner_loop unrolls by default (without
+#: ``memory``): up to here the unrolled program and the loop run within about
+#: 10% of each other and the unrolled program still compiles quickly
+#: (docs/long_horizon.md, bench/loop_vs_unrolled.py); longer loops are looped.
 UNROLL_MAX_STEPS = 16
 
 
@@ -291,7 +292,7 @@ class CompiledInnerLoop(CompiledBase):
         """A looped loop over a meta-batch: one looped loop whose params are
         the tasks' copies (the shared params expanded along a task
         dimension) and whose per-step loss is the sum of the tasks' losses,
-        each task's by torch.func.vmap of ``loss_fn``. The tasks do not
+        each task's by functorch's vmap of ``loss_fn``. The tasks do not
         interact, so the gradient of the sum is each task's own gradient,
         every supported optimizer's update is elementwise, and the
         meta-gradient of the shared params sums over the tasks through the
@@ -319,7 +320,8 @@ class CompiledInnerLoop(CompiledBase):
         """The per-step loss the compiled program computes."""
         if getattr(self, "_tasks_batched", False):
             dims = (0,) * (1 + len(batch))
-            return torch.func.vmap(self.loss_fn, in_dims=dims)(params, *batch).sum()
+            per_task = _torch_func.vmap()(_torch_func.owned(self.loss_fn), in_dims=dims)
+            return per_task(params, *batch).sum()
         return self.loss_fn(params, *batch)
 
     def _under_transform(self, params, batch):

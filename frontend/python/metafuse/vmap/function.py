@@ -24,8 +24,7 @@ eagerly; what functorch cannot batch runs as a loop over the tasks.
 
 A cost check keeps batching from making a call slower: task batching turns
 a task's convolutions into convolutions grouped over the tasks, which
-LibTorch 1.13 runs several times slower than one convolution per task
-(docs/sweep.md). Where the batched program has grouped convolutions, the
+LibTorch 1.13 runs several times slower than one convolution per task. Where the batched program has grouped convolutions, the
 first call with a set of shapes times it against two task loops: the same
 function compiled for one task ("tasks"), and the function called as
 written ("calls": an adapt function inside is still compiled, the rest is
@@ -40,9 +39,8 @@ first-order).
 METAFUSE_VMAP_STRATEGY=parallel splits the meta-batch into one chunk of
 tasks per thread, each chunk's batched program run on its own thread,
 forward and backward (``parallel_chunks``; CPU, first-order: a backward
-with create_graph=True raises). It is opt-in: on this project's 2-core
-machine it measured no faster than the one batched program
-(bench/vmap_parallel.py).
+with create_graph=True raises). It is opt-in: on a 2-core machine it
+measured no faster than the one batched program (bench/vmap_parallel.py).
 """
 
 import contextlib
