@@ -55,7 +55,7 @@ def test_a_different_structure_or_shape_takes_the_full_guard(monkeypatch):
     counting = Counting(monkeypatch)
     adapt(params, torch.randn(7, 3, dtype=torch.float64))  # new batch shape
     assert counting.calls.get("flatten", 0) >= 1 and adapt.compile_count == 2
-    with pytest.raises(Exception):
+    with pytest.raises(KeyError):
         adapt({"w": params["w"]}, x)  # missing leaf: the loss itself fails
     compiled = adapt.compile_count
     adapt(params, x)  # back to the first guard: found, not recompiled
