@@ -1,6 +1,7 @@
 #include "runtime/executor/loop_node.h"
 
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -46,9 +47,7 @@ struct LoopRun : torch::CustomClassHolder {
   Values fixed;                      // the body's fixed inputs
   std::vector<at::Tensor> tables;    // the per-step tables, on the inputs' device
   std::vector<TensorMeta> state_meta;  // for zero cotangents
-  std::vector<TensorMeta> loss_meta;
-  bool store_all = true;
-  int64_t snapshots = 0;
+  std::optional<TensorMeta> loss_meta;  // for zero cotangents of the losses
   std::vector<Values> saved;          // store_all: every step's saved values
   std::map<int64_t, Values> stored;   // otherwise: the state before step k
   int64_t num_inputs = 0;
@@ -202,11 +201,11 @@ struct LoopNode : public torch::autograd::Function<LoopNode> {
       Values out = run->RunStep(state, k);
       if (k == 0) {
         schedule.saved_bytes_per_step = BytesOf(out, num_state + 1);
-        run->loss_meta.emplace_back(out[num_state].toTensor());
-        Decide(*run, &schedule);
-        if (!run->store_all) {
+        run->loss_meta.emplace(out[num_state].toTensor());
+        Decide(plan, &schedule);
+        if (!schedule.store_all) {
           run->stored[0] = state;
-          int64_t a = 0, left = steps, slots = run->snapshots;
+          int64_t a = 0, left = steps, slots = schedule.snapshots;
           while (left >= 2 && slots >= 2) {
             const int64_t m = RevolveSplit(left, slots);
             a += m;
@@ -216,11 +215,11 @@ struct LoopNode : public torch::autograd::Function<LoopNode> {
           }
           const int64_t free_advances = chain.empty() ? 0 : *chain.rbegin();
           schedule.planned_recomputed_steps =
-              MinimalAdvances(steps, run->snapshots) - free_advances + steps;
+              MinimalAdvances(steps, schedule.snapshots) - free_advances + steps;
         }
       }
       losses.push_back(out[num_state].toTensor());
-      if (run->store_all) {
+      if (schedule.store_all) {
         Values next(out.begin(), out.begin() + num_state);
         run->saved.push_back(run->Saved(std::move(out)));
         state = std::move(next);
@@ -256,8 +255,9 @@ struct LoopNode : public torch::autograd::Function<LoopNode> {
     detach(run.fixed);
   }
 
-  static void Decide(LoopRun& run, LoopSchedule* schedule) {
-    const LoopSection& plan = *run.plan;
+  // The schedule's store_all and snapshots, from the plan's budget and the
+  // bytes schedule already holds (a snapshot, one step's saved values).
+  static void Decide(const LoopSection& plan, LoopSchedule* schedule) {
     const int64_t steps = plan.steps;
     const int64_t all_bytes = steps * schedule->saved_bytes_per_step;
     int64_t snapshots = 0;
@@ -278,13 +278,11 @@ struct LoopNode : public torch::autograd::Function<LoopNode> {
                   " bytes, or memory=\"auto\"");
       snapshots = std::min(fit, steps);
     }
-    run.store_all = snapshots < 0;
-    run.snapshots = std::max<int64_t>(snapshots, 0);
-    schedule->store_all = run.store_all;
-    schedule->snapshots = run.snapshots;
-    schedule->kept_bytes = run.store_all ? all_bytes
-                                         : run.snapshots * schedule->state_bytes +
-                                               schedule->saved_bytes_per_step;
+    schedule->store_all = snapshots < 0;
+    schedule->snapshots = std::max<int64_t>(snapshots, 0);
+    schedule->kept_bytes = schedule->store_all ? all_bytes
+                                               : schedule->snapshots * schedule->state_bytes +
+                                                     schedule->saved_bytes_per_step;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list cotangents) {
@@ -311,14 +309,14 @@ struct LoopNode : public torch::autograd::Function<LoopNode> {
       const size_t at = plan.num_results + k;
       cot_losses.push_back(plan.return_losses && cotangents[at].defined()
                                ? cotangents[at]
-                               : run->loss_meta[0].Zeros());
+                               : run->loss_meta->Zeros());
     }
     ReverseSweep sweep(*run, std::move(cot_state), std::move(cot_losses), keep);
-    if (run->store_all) {
+    if (run->schedule->store_all) {
       sweep.StoredAll(run->saved);
     } else {
       Values start = run->stored.at(0);
-      sweep.Reverse(0, plan.steps, run->snapshots, start, run->stored);
+      sweep.Reverse(0, plan.steps, run->schedule->snapshots, start, run->stored);
     }
     run->schedule->recomputed_steps = sweep.recomputed();
 

@@ -145,6 +145,7 @@ class CompiledInnerLoop(CompiledBase):
         self.optimizer = optimizer
         self.steps = int(steps)
         self.return_losses = bool(return_losses)
+        self.memory = memory
         self.memory_budget = _memory_budget(memory)
         if unroll not in (None, True, False):
             raise ValueError(f"compile_inner_loop: `unroll` must be None, True or False, "
@@ -309,8 +310,7 @@ class CompiledInnerLoop(CompiledBase):
         loop = getattr(self, "_task_loop", None)
         if loop is None:
             loop = CompiledInnerLoop(self.loss_fn, self.optimizer, self.steps, False,
-                                     unroll=False)
-            loop.memory_budget = self.memory_budget
+                                     memory=self.memory, unroll=False)
             loop._tasks_batched = True
             self._task_loop = loop
         expanded = _tree.map(lambda p: p.unsqueeze(0).expand(tasks, *p.shape), params)
