@@ -11,12 +11,11 @@
 #include "absl/strings/str_cat.h"
 
 namespace metafuse::runtime {
-namespace {
 
 // The loader trusts the file: a truncated object can crash it. So the
 // bytes must hold the ELF header, every program header and section header,
 // and every segment's file contents.
-absl::Status CheckElfExtent(const std::string& bytes) {
+absl::Status CheckSharedObjectBytes(const std::string& bytes) {
   if (bytes.size() < sizeof(Elf64_Ehdr) || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0 ||
       bytes[EI_CLASS] != ELFCLASS64) {
     return absl::InvalidArgumentError(
@@ -46,11 +45,9 @@ absl::Status CheckElfExtent(const std::string& bytes) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
 absl::StatusOr<std::shared_ptr<SharedObject>> SharedObject::Load(const std::string& bytes,
                                                                  const std::string& label) {
-  if (absl::Status s = CheckElfExtent(bytes); !s.ok()) {
+  if (absl::Status s = CheckSharedObjectBytes(bytes); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": ", s.message()));
   }
   const int fd = memfd_create("metafuse-kernels", MFD_CLOEXEC);

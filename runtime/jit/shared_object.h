@@ -11,6 +11,11 @@
 
 namespace metafuse::runtime {
 
+// The checks Load makes before the loader sees `bytes`: an ELF header,
+// every program and section header and every segment's file contents lie
+// inside them. An error says which is missing.
+absl::Status CheckSharedObjectBytes(const std::string& bytes);
+
 class SharedObject {
  public:
   // dlopen(RTLD_NOW | RTLD_LOCAL) of `bytes`. Bytes that are not a complete
