@@ -32,7 +32,7 @@ ABSL="-labsl_statusor -labsl_status -labsl_cord -labsl_cord_internal -labsl_cord
 declare -A SPEC=(
   [program_serialization]="runtime/program_value/program_serialization.cc
     runtime/program_value/program_code.cc runtime/base/revolve_schedule.cc
-    | -ltorch -ltorch_cpu -lc10 -lpthread"
+    | -ltorch -ltorch_cpu -lc10 -lpthread -lz"
   [artifact_archive]="runtime/program_value/artifact_archive.cc | -lcrypto"
   [shared_object]="runtime/jit/shared_object.cc | -ldl"
   [kernel_ir_parser]="compiler/codegen/kernel_ir_parser.cc compiler/codegen/kernel_ir.cc |"

@@ -19,9 +19,12 @@
 namespace metafuse::fuzz {
 
 // True when the loader refused; a refusal must say what is wrong.
+// METAFUSE_FUZZ_VERBOSE=1 prints each refusal (to see what one input hit).
 inline bool Refused(const absl::Status& status) {
   if (status.ok()) return false;
   FUZZ_CHECK(!status.message().empty(), "a refusal names what is wrong");
+  static const bool verbose = std::getenv("METAFUSE_FUZZ_VERBOSE") != nullptr;
+  if (verbose) std::fprintf(stderr, "refused: %s\n", status.ToString().c_str());
   return true;
 }
 template <typename T>

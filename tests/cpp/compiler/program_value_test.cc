@@ -133,6 +133,40 @@ TEST(ProgramValue, DamagedBytesAreRefusedWithTheReason) {
       << wrong.status();
 }
 
+// Found by tests/fuzz/program_serialization_fuzzer: LibTorch 1.13's zip
+// reader read past the bytes on a damaged directory (heap-buffer-overflow
+// in mz_zip_reader_init), leaked its state when the version record was
+// missing, and allocated what damaged size fields claimed. The container is
+// now checked before LibTorch sees it, and each refusal names the damage.
+TEST(ProgramValue, DamagedArchivesAreRefusedBeforeLibTorchReadsThem) {
+  const std::string bytes = runtime::SerializeProgram(runtime::CompiledProgram{});
+  ASSERT_TRUE(runtime::DeserializeProgram(bytes).ok());
+  auto refused = [](const std::string& damaged, const std::string& reason) {
+    auto loaded = runtime::DeserializeProgram(damaged);
+    ASSERT_FALSE(loaded.ok()) << reason;
+    EXPECT_NE(loaded.status().ToString().find(reason), std::string::npos) << loaded.status();
+    EXPECT_NE(loaded.status().ToString().find("recompile"), std::string::npos);
+  };
+  // The end record's directory offset (its bytes 16-19) pointed past the end.
+  std::string moved = bytes;
+  moved[moved.size() - 22 + 19] = '\x7f';
+  refused(moved, "the zip64 end record disagrees");
+  // One bit of a member flipped (the pickle, near the start of its data).
+  std::string flipped = bytes;
+  const size_t pickle = flipped.find("data.pkl") + 8;
+  flipped[flipped.find('\x80', pickle) + 1] ^= 1;
+  refused(flipped, "CRC-32 differs");
+  // The version record renamed, in the local header and the directory.
+  std::string renamed = bytes;
+  for (size_t at = renamed.find("/version"); at != std::string::npos;
+       at = renamed.find("/version", at + 1)) {
+    renamed[at + 1] = 'w';
+  }
+  refused(renamed, "no version record");
+  refused(bytes.substr(0, bytes.size() - 1), "no end record");
+  refused(bytes + "comment", "no end record");
+}
+
 TEST(ProgramValue, OutOfRangeRegistersAreRefused) {
   Task task = MakeTask();
   auto loop = CompileTask(task);
