@@ -43,12 +43,12 @@ struct Adagrad : FusedOptimizer {
 
   // Every order: AdagradBackwardElement (kernels/optim_math.h) on tensors. A
   // gradient reaching the saved root r itself enters like one reaching sum':
-  // grad_sum' += grad_r / (2 r).
+  // grad_sum' += grad_r / (2 r) (0 where r = 0: RootInverse).
   static std::vector<at::Tensor> Backward(const Hyper& h, int,
                                           const SavedStep& s) {
     const at::Tensor& r = s.aux[0];
     const at::Tensor g_sum = AddOpt(s.grad_s[0], s.grad_aux[0].defined()
-                                                     ? s.grad_aux[0] / r * 0.5
+                                                     ? s.grad_aux[0] * RootInverse<at::Tensor>::Of(r) * 0.5
                                                      : at::Tensor());
     at::Tensor grad_g, grad_p, grad_sum;
     AdagradBackwardElement<at::Tensor, double>(

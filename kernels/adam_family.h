@@ -45,7 +45,7 @@ struct AdamFamily : FusedOptimizer {
   // exact): AdamBackwardElement with A = at::Tensor, C = double, on the saved
   // root r = aux[0]. A gradient reaching r itself (when this backward is
   // differentiated again) enters like one reaching nu':
-  //   gnu' += grad_r inv_bc2 / (2 r)
+  //   gnu' += grad_r inv_bc2 / (2 r)   (0 where r = 0: RootInverse)
   // With `plain_step` (RAdam's unrectified steps, update = -plain_step mu'
   // - dec p) the update does not depend on r: G_mu' = gmu' - plain_step gu,
   // G_nu' = gnu', then AdamMomentBackward.
@@ -56,7 +56,8 @@ struct AdamFamily : FusedOptimizer {
     const at::Tensor p = OrZero(s, s.p);
     const at::Tensor g_nu =
         s.grad_aux[0].defined()
-            ? s.grad_s[1] + s.grad_aux[0] * (0.5 * c.inv_bc2) / r
+            ? s.grad_s[1] + s.grad_aux[0] * (0.5 * c.inv_bc2) *
+                               RootInverse<at::Tensor>::Of(r)
             : s.grad_s[1];
     at::Tensor grad_g, grad_p, grad_mu, grad_nu;
     if (plain_step) {

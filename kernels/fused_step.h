@@ -529,6 +529,18 @@ inline at::Tensor ParamGrad(const SavedStep& s, const at::Tensor& grad_p) {
   return s.p.defined() ? grad_p : at::Tensor();
 }
 
+// RootInverse (optim_math.h) on tensors, differentiable to every order:
+// mask / (r + (1 - mask)) with mask = (r != 0) is exactly 1 / r where r > 0
+// (r + 0) and 0 / 1 where r == 0, so the gradient is finite at r == 0 too
+// (no 0 * inf).
+template <>
+struct RootInverse<at::Tensor> {
+  static at::Tensor Of(const at::Tensor& r) {
+    const at::Tensor mask = (r != 0).to(r.scalar_type());  // NaN stays NaN
+    return mask / (r + at::rsub(mask, 1));
+  }
+};
+
 // a + b where an undefined tensor is zero.
 inline at::Tensor AddOpt(const at::Tensor& a, const at::Tensor& b) {
   if (!a.defined()) return b;

@@ -25,6 +25,22 @@
 
 namespace metafuse::kernels {
 
+// 1 / r for a saved square root r >= 0 of a moment, and 0 where r == 0.
+// r == 0 only where the moment under the root is 0 (eps_root = 0 and every
+// gradient so far exactly 0). Every path from r back to a gradient ge then
+// carries d r / d ge = k ge / r, whose one-sided limits at ge = 0 are +-k:
+// the closed forms return their midpoint, 0, instead of 0 * inf = NaN, and
+// the meta-gradient is the exact one (the paths through the first moment
+// carry all of it). The closed forms take it through this struct so that
+// each value type supplies its own select: a branch-free compare here, a
+// masked ATen expression for at::Tensor (kernels/optimizers.h), an IR
+// `where` for the compiler's symbolic values (compiler/autodiff/
+// rules_optimizer.cc).
+template <typename A>
+struct RootInverse {
+  static MF_HD A Of(A r) { return r != A(0) ? A(1) / r : A(0); }
+};
+
 // Adam / AdamW.
 //   mu' = b1 mu + (1-b1) ge,  nu' = b2 nu + (1-b2) ge^2
 //   r = sqrt(nu' / bc2 + eps_root)
@@ -104,15 +120,16 @@ MF_HD void AdamMomentBackward(const AdamCoeffs<C>& c, A g, A p, A grad_u,
 //   G_nu' = gnu' + G_r inv_bc2 / (2 r)         (d r / d nu' from the saved r)
 // then AdamMomentBackward. No square root is recomputed and none is
 // differentiated: 1/(2r) uses the saved root r = sqrt(nu' inv_bc2 +
-// eps_root), which is >= sqrt(eps_root) > 0 when eps_root > 0. With
+// eps_root), through RootInverse (0 where r = 0, see there). With
 // step = lr rect sqrt(bc2) / bc1 and inv_bc2 = 1 it is RAdam's rectified step.
 //
 // The contract on the two types (keep it when editing; this header stays
 // torch-free for nvcc):
 //   A, the value type: copy-constructible, assignable through a pointer
 //     (*out = a), and closed under + - * / between two A values, and under
-//     A + C, A * C and C * A. Nothing else: no A literals (no A(0.5)), no
-//     unary minus, no functions (sqrt, fabs), no comparisons.
+//     A + C, A * C and C * A, with RootInverse<A>::Of (above). Nothing
+//     else: no A literals (no A(0.5)), no unary minus, no functions (sqrt,
+//     fabs), no comparisons.
 //   C, the coefficient type: a scalar constructible from a double literal and
 //     closed under C * C (C(0.5) * c.inv_bc2 is a C).
 // Every constant is therefore written as a C, e.g. C(0.5) * c.inv_bc2.
@@ -124,7 +141,8 @@ MF_HD void AdamBackwardElement(const AdamCoeffs<C>& c, A g, A p, A mu_new,
   const A d = r + c.eps;
   const A t = grad_u * c.step / d;
   const A g_mu = grad_mu_new - t;
-  const A g_nu = grad_nu_new + (t * mu_new / d) * (C(0.5) * c.inv_bc2) / r;
+  const A g_nu = grad_nu_new + (t * mu_new / d) * (C(0.5) * c.inv_bc2) *
+                                    RootInverse<A>::Of(r);
   AdamMomentBackward<A, C>(c, g, p, grad_u, g_mu, g_nu, grad_g, grad_p,
                            grad_mu, grad_nu);
 }
@@ -248,7 +266,8 @@ MF_HD void RmsPropBackwardElement(const RmsPropCoeffs<C>& c, A g, A p,
   const A d = r + c.eps;
   const A g_q = grad_buf_new - c.lr * grad_u;
   const A g_q_over_d = g_q / d;
-  const A g_v = (grad_r - g_q_over_d * ge / d) / r * C(0.5);
+  const A g_v =
+      (grad_r - g_q_over_d * ge / d) * RootInverse<A>::Of(r) * C(0.5);
   const A g_sq = grad_sq_new + g_v;
   const A g_ga = grad_ga_new - C(2) * c.centered * ga_new * g_v;
   const A grad_ge = g_q_over_d + C(2) * c.one_minus_alpha * ge * g_sq +
@@ -305,7 +324,8 @@ MF_HD void AdagradBackwardElement(const AdagradCoeffs<C>& c, A g, A p, A r,
   const A ge = c.sign * g + c.l2 * p;
   const A d = r + c.eps;
   const A t = grad_u * c.clr / d;
-  const A g_sum = grad_sum_new + (t * ge / d) / r * C(0.5);
+  const A g_sum =
+      grad_sum_new + (t * ge / d) * RootInverse<A>::Of(r) * C(0.5);
   const A grad_ge = C(2) * ge * g_sum - t;
   *grad_g = c.sign * grad_ge;
   *grad_p = c.l2 * grad_ge;

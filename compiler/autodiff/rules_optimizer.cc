@@ -52,6 +52,33 @@ Symbolic operator+(const Symbolic& a, double c) {
   return Make(a, a.e->add(a.v, a.e->c(c)));
 }
 
+}  // namespace
+}  // namespace metafuse::compiler::rules
+
+// RootInverse (kernels/optim_math.h) emitted as IR, mask / (r + (1 - mask))
+// with mask = (r != 0): exactly 1 / r where r > 0, 0 where r == 0; primitive
+// elementwise ops only, so it fuses with the rest of the closed form.
+namespace metafuse::kernels {
+template <>
+struct RootInverse<compiler::rules::Symbolic> {
+  static compiler::rules::Symbolic Of(const compiler::rules::Symbolic& r) {
+    using compiler::rules::Emit;
+    using compiler::rules::Value;
+    if (r.zero()) {
+      throw compiler::UnsupportedOp(
+          "metafuse::adam (the inverse of a root that is symbolically zero)");
+    }
+    Emit& e = *r.e;
+    Value* mask = e.as_mask(e.op("aten::ne", {r.v, e.c(0.0)}), r.v);
+    Value* safe = e.add(r.v, e.op("aten::rsub", {mask, e.c(1.0)}));
+    return {r.e, e.div(mask, safe)};
+  }
+};
+}  // namespace metafuse::kernels
+
+namespace metafuse::compiler::rules {
+namespace {
+
 // metafuse::adam(grad, mu, nu, param?, *, count, lr, b1, b2, eps, eps_root,
 // weight_decay, decoupled_weight_decay, maximize) -> (update, mu', nu').
 // The root r = sqrt(nu' / bc2 + eps_root) is recomputed from nu' (the node

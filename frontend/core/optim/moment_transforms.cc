@@ -32,7 +32,7 @@ TransformState MomentsState(const char* name, const TensorList& params,
 // device, layout; differentiable when the tensors require grad).
 at::Tensor DirectionOfMoments(const at::Tensor& mu, const at::Tensor& second,
                               const AdamDirectionScalars& s) {
-  at::Tensor denom = (second / s.bc2 + s.eps_root).sqrt() + s.eps;
+  at::Tensor denom = internal::RootOfMoment(second / s.bc2 + s.eps_root) + s.eps;
   return (mu / s.bc1) / denom;
 }
 
@@ -246,7 +246,8 @@ class ScaleByRAdamTx final : public GradientTransformation {
       EmaSquare(nu[i], updates[i], b2_, inplace);
       at::Tensor mu_hat = mu[i] / bc1;
       if (rectify) {
-        at::Tensor adaptive = std::sqrt(bc2) / (nu[i].sqrt() + eps_);
+        at::Tensor adaptive =
+            std::sqrt(bc2) / (internal::RootOfMoment(nu[i]) + eps_);
         out.push_back(mu_hat * adaptive * rect);
       } else {
         out.push_back(mu_hat);

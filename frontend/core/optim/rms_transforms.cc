@@ -46,7 +46,7 @@ class ScaleByRmsTx final : public GradientTransformation {
         Ema(mu, updates[i], alpha_, inplace);
         variance = nu[i].addcmul(mu, mu, -1.0);
       }
-      out.push_back(updates[i] / (variance.sqrt() + eps_));
+      out.push_back(updates[i] / (internal::RootOfMoment(variance) + eps_));
     }
     return out;
   }
@@ -82,7 +82,7 @@ class ScaleByRssTx final : public GradientTransformation {
     for (size_t i = 0; i < updates.size(); ++i) {
       const at::Tensor& g = updates[i];
       sum[i] = inplace ? sum[i].addcmul_(g, g) : sum[i].addcmul(g, g);
-      out.push_back(g / (sum[i].sqrt() + eps_));
+      out.push_back(g / (internal::RootOfMoment(sum[i]) + eps_));
     }
     return out;
   }
@@ -120,7 +120,8 @@ class ScaleByAdadeltaTx final : public GradientTransformation {
     for (size_t i = 0; i < updates.size(); ++i) {
       EmaSquare(e_g[i], updates[i], rho_, inplace);
       at::Tensor delta =
-          (e_x[i] + eps_).sqrt() / (e_g[i] + eps_).sqrt() * updates[i];
+          internal::RootOfMoment(e_x[i] + eps_) /
+              internal::RootOfMoment(e_g[i] + eps_) * updates[i];
       EmaSquare(e_x[i], delta, rho_, inplace);
       out.push_back(delta);
     }
@@ -162,7 +163,9 @@ TransformPtr ScaleByRss(double initial_accumulator_value, double eps) {
 TransformPtr ScaleByAdadelta(double rho, double eps,
                              bool moment_requires_grad) {
   internal::CheckInUnitInterval(rho, "rho", /*closed_right=*/true);
-  internal::CheckNonNegative(eps, "eps");
+  // With eps = 0 the first step is 0 / 0 wherever a gradient is 0, and every
+  // update is 0 (E[dx^2] starts at 0); the fused operator refuses it too.
+  TORCH_CHECK(eps > 0.0, "scale_by_adadelta: `eps` must be > 0, got ", eps);
   return std::make_shared<ScaleByAdadeltaTx>(rho, eps, moment_requires_grad);
 }
 

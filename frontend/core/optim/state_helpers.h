@@ -2,6 +2,8 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 
 #include "metafuse/optim/gradient_transformation.h"
 
@@ -53,6 +55,24 @@ inline at::Tensor EmaSquare(at::Tensor& moment, const at::Tensor& x,
   if (inplace) return moment.mul_(decay).addcmul_(x, x, 1.0 - decay);
   moment = moment.mul(decay).addcmul(x, x, 1.0 - decay);
   return moment;
+}
+
+// sqrt(x) of a moment x >= 0, whose derivative is 0 where x == 0 instead of
+// sqrt's inf: x == 0 only where every gradient so far was exactly 0, every
+// path from the root back to a gradient then has one-sided limits +-k, and
+// 0 is their midpoint (kernels/optim_math.h, RootInverse, says why the
+// meta-gradient is then exact; sqrt's inf made it 0 * inf = NaN). The value
+// is exactly sqrt(x). Without autograd, and while a capture records the
+// operators (the TorchScript tracer, the fx front's dispatch mode), it is
+// sqrt itself: the compiler's patterns match sqrt, and its own derivative
+// rules give the exact value at zero.
+inline at::Tensor RootOfMoment(const at::Tensor& x) {
+  if (!at::GradMode::is_enabled() || torch::jit::tracer::isTracing() ||
+      c10::impl::dispatch_mode_enabled()) {
+    return x.sqrt();
+  }
+  const at::Tensor mask = (x != 0).to(x.scalar_type());  // NaN stays NaN
+  return (x + at::rsub(mask, 1)).sqrt() * mask;
 }
 
 // Checks that a per-parameter state field still matches the updates.

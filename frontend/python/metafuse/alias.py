@@ -119,8 +119,9 @@ def adam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
     Args:
         lr: the learning rate: a number, a scalar tensor or a schedule.
         betas, eps, weight_decay, amsgrad: as torch.optim.Adam.
-        eps_root: added inside the square root of the second moment; > 0
-            keeps meta-gradients finite where the second moment is zero.
+        eps_root: added inside the square root of the second moment (Optax's
+            name). Meta-gradients are exact where the second moment is
+            zero with or without it.
         moment_requires_grad, maximize, fused: as for :func:`sgd`.
         use_accelerated_op: TorchOpt's name for ``fused``.
 

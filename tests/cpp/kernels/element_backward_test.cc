@@ -6,6 +6,8 @@
 // the numbers of the double instantiation the fused loops use.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "kernels/optim_math.h"
 
 namespace metafuse::kernels {
@@ -32,6 +34,16 @@ class Val {
 
 Val V(double x) { return Val::Of(x); }
 
+}  // namespace
+
+// The one function the contract asks of a value type besides arithmetic.
+template <>
+struct RootInverse<Val> {
+  static Val Of(Val r) { return Val::Of(RootInverse<double>::Of(r.value())); }
+};
+
+namespace {
+
 TEST(ElementBackwardContract, Adam) {
   for (bool decoupled : {false, true}) {
     const auto c = MakeAdamCoeffs<double>(3, 0.1, 0.9, 0.999, 1e-3, 1e-6, 0.1,
@@ -45,6 +57,40 @@ TEST(ElementBackwardContract, Adam) {
                                      &v[2], &v[3]);
     for (int i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(v[i].value(), d[i]) << i;
   }
+}
+
+// At r = 0 (eps_root = 0, nu' = 0: every gradient so far exactly 0) the
+// closed forms return the exact first-order values, not 0 * inf = NaN:
+// Adam's first step is u(g) = -lr g / (|g| + eps), u'(0) = -lr / eps.
+TEST(ElementBackwardAtZeroRoot, AdamFirstStepIsExact) {
+  const double lr = 0.1, eps = 1e-8;
+  const auto c = MakeAdamCoeffs<double>(1, lr, 0.9, 0.999, eps, 0.0, 0.0,
+                                        false, false);
+  double u, mu, nu, r;
+  AdamElement<double>(c, 0.0, 0.0, 0.0, 0.0, &u, &mu, &nu, &r);
+  ASSERT_EQ(r, 0.0);
+  double d[4];
+  AdamBackwardElement<double>(c, 0.0, 0.0, mu, r, 1.0, 0.0, 0.0, &d[0], &d[1],
+                              &d[2], &d[3]);
+  EXPECT_DOUBLE_EQ(d[0], -lr / eps);
+  EXPECT_EQ(d[3], 0.0);  // through nu: the midpoint of the one-sided limits
+}
+
+TEST(ElementBackwardAtZeroRoot, RmsPropAndAdagradAreExact) {
+  const double lr = 0.01, eps = 1e-8;
+  const auto rc = MakeRmsPropCoeffs<double>(lr, 0.99, eps, 0.0, 0.0, 0.0,
+                                            /*centered=*/true, false);
+  double d[5];
+  RmsPropBackwardElement<double>(rc, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0,
+                                 0.0, &d[0], &d[1], &d[2], &d[3], &d[4]);
+  EXPECT_DOUBLE_EQ(d[0], -lr / eps);  // q = g / (r + eps), r = 0
+  for (double x : d) EXPECT_TRUE(std::isfinite(x));
+  const auto ac = MakeAdagradCoeffs<double>(1, lr, 0.0, 0.0, eps, 0.0, false);
+  double a[3];
+  AdagradBackwardElement<double>(ac, 0.0, 0.0, 0.0, 1.0, 0.0, &a[0], &a[1],
+                                 &a[2]);
+  EXPECT_DOUBLE_EQ(a[0], -lr / eps);
+  EXPECT_EQ(a[2], 0.0);
 }
 
 TEST(ElementBackwardContract, Sgd) {

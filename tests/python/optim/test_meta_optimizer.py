@@ -121,20 +121,28 @@ def test_meta_gradient_matches_finite_differences(meta_cls, kind, hyper):
             f"{analytic[i].item()}")
 
 
-def test_zero_second_moment_needs_eps_root():
+def test_zero_second_moment_meta_gradient_is_exact():
     # A gradient entry that is exactly zero but depends on the parameters
-    # (d/dw0 of w0^2 w1 at w1 = 0): with eps_root = 0 the meta-gradient
-    # through Adam is NaN (d sqrt at 0 is infinite); with eps_root > 0 it is
-    # finite. This is why eps_root exists.
-    for eps_root, finite in ((0.0, False), (1e-10, True)):
+    # (d/dw0 of w0^2 w1 at w1 = 0). Adam's first step is u(g) = -lr g /
+    # (|g| + eps), u'(g) = -lr eps / (|g| + eps)^2: finite at g = 0 (-lr/eps)
+    # although d sqrt(nu)/d nu is infinite there, with eps_root = 0 as with
+    # eps_root > 0 (tests/python/optim/test_exact_zeros.py covers the rest).
+    lr, eps = 0.1, 1e-8
+    for eps_root in (0.0, 1e-10):
         w = torch.tensor([1.0, 0.0], dtype=torch.float64, requires_grad=True)
-        tx = metafuse.adam(lr=0.1, eps_root=eps_root)
+        tx = metafuse.adam(lr=lr, eps=eps, eps_root=eps_root)
         state = tx.init(w)
         grad = torch.autograd.grad(w[0] ** 2 * w[1], w, create_graph=True)[0]
         updates, state = tx.update(grad, state, inplace=False)
         new_w = metafuse.apply_updates(w, updates, inplace=False)
         (meta_grad,) = torch.autograd.grad(new_w.sum(), w)
-        assert bool(torch.isfinite(meta_grad).all()) == finite, meta_grad
+        assert torch.isfinite(meta_grad).all(), meta_grad
+        if eps_root == 0.0:
+            # grad = (2 w0 w1, w0^2) = (0, 1); d grad / d w = [[0, 2], [2, 0]].
+            def u_prime(g):
+                return -lr * eps / (abs(g) + eps) ** 2
+            expected = [1 + 2 * u_prime(1.0), 1 + 2 * u_prime(0.0)]
+            assert meta_grad.tolist() == pytest.approx(expected, rel=1e-12)
 
 
 def test_adam_state_stays_differentiable_and_is_a_pytree():
