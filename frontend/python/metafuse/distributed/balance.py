@@ -6,7 +6,14 @@ and split by. Pure arithmetic: every rank of a collective world that feeds
 a Balancer the same timings gets the same split.
 """
 
+import math
+
 __all__ = ["partition_sizes", "sticky_sizes", "Balancer"]
+
+# The range a measured cost is kept in: a worker that reports 0 seconds
+# (a coarse clock) or days per task must not make the split divide by zero
+# or overflow.
+_MIN_COST, _MAX_SECONDS = 1e-9, 1e6
 
 
 def partition_sizes(count, costs, latencies=None, granule=1):
@@ -30,6 +37,11 @@ def partition_sizes(count, costs, latencies=None, granule=1):
         A list of ints summing to ``count``.
     """
     latencies = [0.0] * len(costs) if latencies is None else list(latencies)
+    for i, (cost, latency) in enumerate(zip(costs, latencies)):
+        if not (math.isfinite(cost) and cost > 0 and math.isfinite(latency) and latency >= 0):
+            raise ValueError(f"partition_sizes: worker {i} has {cost!r} seconds per task and "
+                             f"{latency!r} seconds besides; both must be finite, the first "
+                             "positive, the second not negative")
     active = list(range(len(costs)))
     while True:  # drop the workers whose latency is past the finish time
         finish = ((count + sum(latencies[i] / costs[i] for i in active))
@@ -121,10 +133,17 @@ class Balancer:
         ``tasks`` tasks (> 0) and ``latency`` seconds besides. Batched, a
         share size's first run is skipped (loading and first page faults
         say little of later runs, and would move the split again)."""
+        # What a worker reports is checked: a NaN or a negative time is a
+        # broken measurement, never an estimate to split by.
+        if not (tasks > 0 and math.isfinite(compute) and compute >= 0
+                and math.isfinite(latency)):
+            raise ValueError(f"worker {worker!r} reported {compute!r} seconds for {tasks!r} "
+                             f"tasks and {latency!r} seconds besides: not a measurement")
         if self.batched and (worker, tasks) not in self.sizes_run:
             self.sizes_run.add((worker, tasks))
             return
-        for table, value in ((self.costs, compute / tasks), (self.latency, max(0.0, latency))):
+        cost = min(max(compute / tasks, _MIN_COST), _MAX_SECONDS)
+        for table, value in ((self.costs, cost), (self.latency, min(max(0.0, latency), _MAX_SECONDS))):
             old = table.get(worker)
             table[worker] = value if old is None else 0.5 * old + 0.5 * value
 
