@@ -5,7 +5,13 @@
 // update). Prints the meta-loss of every step and whether libpython is mapped
 // into the process (it must not be).
 //
-//   maml_aot JOB.mfa [--steps N] [--inspect]
+//   maml_aot JOB.mfa [--steps N] [--inspect] [--key-file PATH] [--trust]
+//
+// The artifact's native code runs only when it is trusted (docs/aot.md):
+// signed with the key in --key-file (hex text), else in METAFUSE_ARTIFACT_KEY
+// (hex), or run with --trust. This runner links only the runtime, so it
+// cannot print kernels from their kernel IR: it refuses an untrusted
+// artifact that has fused kernels, saying how to trust it.
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -13,6 +19,7 @@
 #include <torch/torch.h>
 
 #include "metafuse/aot.h"
+#include "runtime/program_value/artifact_signature.h"
 
 namespace {
 
@@ -26,7 +33,7 @@ bool LibpythonLoaded() {
 }
 
 int Usage() {
-  std::cerr << "usage: maml_aot JOB.mfa [--steps N] [--inspect]\n";
+  std::cerr << "usage: maml_aot JOB.mfa [--steps N] [--inspect] [--key-file PATH] [--trust]\n";
   return 2;
 }
 
@@ -37,6 +44,7 @@ int main(int argc, char** argv) {
   const std::string path = argv[1];
   int64_t steps = 20;
   bool inspect = false;
+  metafuse::aot::LoadOptions options;
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--steps" && i + 1 < argc) {
@@ -48,12 +56,21 @@ int main(int argc, char** argv) {
       if (steps < 0) return Usage();
     } else if (arg == "--inspect") {
       inspect = true;
+    } else if (arg == "--key-file" && i + 1 < argc) {
+      auto key = metafuse::runtime::ReadArtifactKeyFile(argv[++i]);
+      if (!key.ok()) {
+        std::cerr << "maml_aot: --key-file: " << key.status().message() << "\n";
+        return 2;
+      }
+      options.key = *std::move(key);
+    } else if (arg == "--trust") {
+      options.trust = true;
     } else {
       return Usage();
     }
   }
   torch::set_num_threads(1);
-  auto job = metafuse::aot::Artifact::Load(path);
+  auto job = metafuse::aot::Artifact::Load(path, options);
   if (!job.ok()) {
     std::cerr << "maml_aot: " << job.status().message() << "\n";
     return 1;

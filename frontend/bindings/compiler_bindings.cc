@@ -14,8 +14,10 @@
 #include "compiler/ir/flop_count.h"
 #include "compiler/lowering/lower_to_program.h"
 #include "compiler/pipeline.h"
+#include "runtime/program_value/artifact_signature.h"
 #include "runtime/program_value/program_serialization.h"
 #include "runtime/executor/fused_kernel_launch.h"
+#include "runtime/jit/kernel_ir_rebuild.h"
 #include "runtime/jit/host_backend.h"
 #include "runtime/executor/host_object_code.h"
 #include "runtime/base/memory_meter.h"
@@ -198,6 +200,10 @@ void BindCompiler(py::module_& parent) {
         absl::Status s = runtime::CheckObjectTargets(p);
         if (!s.ok()) throw py::value_error(std::string(s.message()));
       })
+      .def("rebuild_kernels_from_kernel_ir", [](runtime::CompiledProgram& p) {
+        absl::Status s = runtime::RebuildKernelsFromKernelIr(p);
+        if (!s.ok()) throw py::value_error(std::string(s.message()));
+      })
       .def_property_readonly("object_targets", [](const runtime::CompiledProgram& p) {
         std::vector<std::string> targets;
         for (const auto* code : {&p.forward, &p.backward}) {
@@ -235,6 +241,49 @@ void BindCompiler(py::module_& parent) {
     auto b = runtime::SelectedHostBackend();
     if (!b.ok()) throw py::value_error(std::string(b.status().message()));
     return std::string(runtime::HostBackendName(*b));
+  });
+  // Artifact signatures (runtime/program_value/artifact_signature.h).
+  m.def("sign_artifact", [](const py::bytes& zip, const py::bytes& key) {
+    auto signed_bytes = runtime::SignArtifact(std::string(zip), std::string(key));
+    if (!signed_bytes.ok()) throw py::value_error(std::string(signed_bytes.status().message()));
+    return py::bytes(*signed_bytes);
+  }, py::arg("zip"), py::arg("key"));
+  m.def("artifact_signature", [](const py::bytes& data, std::optional<py::bytes> key) {
+    // (state, description): state "unsigned", "not verified" or "verified";
+    // a signature the key does not verify raises PermissionError.
+    std::optional<std::string> raw;
+    if (key) raw = std::string(*key);
+    auto state = runtime::CheckArtifactSignature(std::string(data), raw ? &*raw : nullptr);
+    if (!state.ok()) {
+      if (absl::IsPermissionDenied(state.status())) {
+        PyErr_SetString(PyExc_PermissionError, std::string(state.status().message()).c_str());
+        throw py::error_already_set();
+      }
+      throw py::value_error(std::string(state.status().message()));
+    }
+    const char* names[] = {"unsigned", "not verified", "verified"};
+    return py::make_tuple(names[static_cast<int>(*state)],
+                          runtime::DescribeArtifactSignature(*state, raw ? &*raw : nullptr));
+  }, py::arg("data"), py::arg("key"));
+  m.def("parse_artifact_key", [](const std::string& text, const std::string& source) {
+    auto key = runtime::ParseArtifactKey(text, source);
+    if (!key.ok()) throw py::value_error(std::string(key.status().message()));
+    return py::bytes(*key);
+  }, py::arg("text"), py::arg("source"));
+  m.def("check_artifact_key", [](const py::bytes& key, const std::string& source) {
+    absl::Status s = runtime::CheckArtifactKey(std::string(key), source);
+    if (!s.ok()) throw py::value_error(std::string(s.message()));
+  }, py::arg("key"), py::arg("source"));
+  m.def("read_artifact_key_file", [](const std::string& path) {
+    auto key = runtime::ReadArtifactKeyFile(path);
+    if (!key.ok()) throw py::value_error(std::string(key.status().message()));
+    return py::bytes(*key);
+  }, py::arg("path"));
+  m.def("artifact_key_from_environment", []() -> std::optional<py::bytes> {
+    auto key = runtime::ArtifactKeyFromEnvironment();
+    if (!key.ok()) throw py::value_error(std::string(key.status().message()));
+    if (!*key) return std::nullopt;
+    return py::bytes(**key);
   });
   m.def("deserialize_program", [](const py::bytes& bytes) {
     auto p = runtime::DeserializeProgram(std::string(bytes));

@@ -5,10 +5,14 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/program_value/artifact_archive.h"
+#include "runtime/program_value/artifact_signature.h"
+#include "runtime/jit/kernel_ir_rebuild.h"
 #include "runtime/executor/autograd_node.h"
 #include "runtime/executor/host_object_code.h"
 #include "runtime/program_value/program_serialization.h"
@@ -16,8 +20,17 @@
 namespace metafuse::aot {
 namespace {
 
-// metafuse.aot's FORMAT (frontend/python/metafuse/aot.py).
-constexpr const char* kFormat = "metafuse-aot 2";
+// metafuse.aot's FORMAT (frontend/python/metafuse/aot.py), and the older
+// format it still reads (2: never signed).
+constexpr const char* kFormat = "metafuse-aot 3";
+constexpr const char* kUnsignedFormat = "metafuse-aot 2";
+
+// How to trust an artifact, for the errors that refuse one.
+constexpr const char* kHowToTrust =
+    "to trust it, sign it when saving (metafuse.aot.save(..., key=...)) and load it with "
+    "that key (LoadOptions::key, the runner's --key-file, or METAFUSE_ARTIFACT_KEY as hex), "
+    "or load it with LoadOptions::trust (the runner's --trust) if you trust where it came "
+    "from";
 
 absl::Status Refuse(const std::string& path, const std::string& check) {
   return absl::FailedPreconditionError(
@@ -68,8 +81,27 @@ at::Tensor RowMajor(const at::Tensor& t) {
 
 }  // namespace
 
-absl::StatusOr<Artifact> Artifact::Load(const std::string& path) {
-  auto members = runtime::ReadStoredZip(path);
+absl::StatusOr<Artifact> Artifact::Load(const std::string& path, const LoadOptions& options) {
+  // One read: the signature is checked over the bytes the members come from.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::optional<std::string> key = options.key;
+  if (key) {
+    if (absl::Status s = runtime::CheckArtifactKey(*key, "LoadOptions::key"); !s.ok()) return s;
+  } else {
+    auto from_environment = runtime::ArtifactKeyFromEnvironment();
+    if (!from_environment.ok()) return from_environment.status();
+    key = *from_environment;
+  }
+  auto signature = runtime::CheckArtifactSignature(bytes, key ? &*key : nullptr);
+  if (!signature.ok() && !options.trust) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": ", signature.status().message(),
+                                                    "; load it with the key it was signed "
+                                                    "with, or with LoadOptions::trust (--trust) "
+                                                    "if you trust where it came from"));
+  }
+  auto members = runtime::ParseStoredZip(bytes, path);
   if (!members.ok()) return members.status();
   for (const char* name : {"manifest.json", "program.bin", "runner.pt"}) {
     if (!members->count(name)) return Refuse(path, absl::StrCat("the member ", name, " is missing"));
@@ -81,10 +113,16 @@ absl::StatusOr<Artifact> Artifact::Load(const std::string& path) {
   if (manifest.is_discarded() || !manifest.is_object()) {
     return Refuse(path, "manifest.json is not a JSON object");
   }
-  if (manifest.value("format", "") != kFormat) {
-    return Refuse(path, absl::StrCat("its format is '", manifest.value("format", "?"),
-                                     "', this runtime reads '", kFormat, "'"));
+  const std::string format = manifest.value("format", "?");
+  if (format != kFormat && format != kUnsignedFormat) {
+    return Refuse(path, absl::StrCat("its format is '", format, "', this runtime reads '",
+                                     kFormat, "' and '", kUnsignedFormat, "'"));
   }
+  a.trusted_ = options.trust || (signature.ok() && *signature == runtime::ArtifactSignature::kVerified);
+  a.signature_ = signature.ok()
+                     ? runtime::DescribeArtifactSignature(*signature, key ? &*key : nullptr)
+                     : absl::StrCat("signed (HMAC-SHA256), not verified (",
+                                    signature.status().message(), ")");
   const auto versions = manifest.value("versions", nlohmann::json::object());
   if (versions.value("libtorch", "") != TORCH_VERSION) {
     return Refuse(path, absl::StrCat("it was made with LibTorch ", versions.value("libtorch", "?"),
@@ -103,6 +141,14 @@ absl::StatusOr<Artifact> Artifact::Load(const std::string& path) {
   }
   auto program = runtime::DeserializeProgram(members->at("program.bin"));
   if (!program.ok()) return Refuse(path, std::string(program.status().message()));
+  if (!a.trusted_) {
+    // Its native code never runs: its kernels are printed here from their IR.
+    if (absl::Status s = runtime::RebuildKernelsFromKernelIr(*program); !s.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " is not trusted (", a.signature_, "), so its native code does not run, and "
+          "its kernels cannot run from their kernel IR here: ", s.message(), "; ", kHowToTrust));
+    }
+  }
   if (absl::Status s = runtime::CheckObjectTargets(*program); !s.ok()) {
     return Refuse(path, std::string(s.message()));
   }
@@ -146,7 +192,12 @@ absl::StatusOr<Artifact> Artifact::Load(const std::string& path) {
 std::string Artifact::Inspect() const {
   const nlohmann::json manifest = nlohmann::json::parse(manifest_);
   std::ostringstream os;
-  os << path_ << ": " << manifest.value("kind", "?") << " artifact, " << kFormat << "\n";
+  os << path_ << ": " << manifest.value("kind", "?") << " artifact, "
+     << manifest.value("format", "?") << "\n";
+  os << "  signature: " << signature_ << "\n";
+  os << "  native code: "
+     << (trusted_ ? "the artifact's (trusted)" : "printed here from the kernel IR (not trusted)")
+     << "\n";
   for (const auto& [k, v] : manifest["versions"].items()) os << "  " << k << ": " << v << "\n";
   os << "  inputs: " << program_->num_inputs << " tensors (" << closed_over_.size()
      << " held by the artifact), outputs: " << program_->num_outputs << "\n";

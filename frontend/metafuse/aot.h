@@ -10,10 +10,20 @@
 //     std::cout << step->metrics.at("loss") << "\n";
 //   }
 //
-// Load verifies, in order: a complete archive, the artifact format, the
-// LibTorch version, the SHA-256 of every member, then every field of the
-// compiled program (runtime/program_value/program_serialization.h); a failure names the
-// check and says to recompile. A loaded artifact runs its compiled forward
+// Load verifies, in order: the artifact's signature when it has one and a
+// key is given, a complete archive, the artifact format, the LibTorch
+// version, the SHA-256 of every member, then every field of the compiled
+// program (runtime/program_value/program_serialization.h); a failure names
+// the check and says what to do.
+//
+// Trust (docs/aot.md): the artifact's native code (LLVM object code, C++
+// shared objects) runs only when the artifact is trusted: signed with the
+// key given (LoadOptions::key, else METAFUSE_ARTIFACT_KEY, hex) or loaded
+// with LoadOptions::trust. An untrusted artifact runs its kernels printed
+// from their kernel IR (runtime/jit/kernel_ir_rebuild.h), which needs the
+// compiler linked (//compiler/codegen:kernel_printer_registration); a
+// runtime-only process refuses it, saying how to trust it. A signature the
+// key does not verify is an error unless `trust`. A loaded artifact runs its compiled forward
 // program: inputs are the flat tensors of the call it was saved for, in the
 // order metafuse.tree flattens the arguments; they must have the dtypes,
 // devices and shapes it was specialized for.
@@ -21,6 +31,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,9 +51,24 @@ struct StepResult {
   std::map<std::string, double> metrics;
 };
 
+// How Load decides whether to trust an artifact.
+struct LoadOptions {
+  // The raw key (at least 16 bytes) to verify the signature with; unset:
+  // METAFUSE_ARTIFACT_KEY's (hex) when that is set.
+  std::optional<std::string> key;
+  // Run the artifact's native code without a verified signature (you trust
+  // where it came from).
+  bool trust = false;
+};
+
 class Artifact {
  public:
-  static absl::StatusOr<Artifact> Load(const std::string& path);
+  static absl::StatusOr<Artifact> Load(const std::string& path, const LoadOptions& options = {});
+
+  // Whether its native code runs (signed with the key given, or `trust`);
+  // and its signature as `metafuse inspect` shows it.
+  bool trusted() const { return trusted_; }
+  const std::string& signature() const { return signature_; }
 
   // What it holds: kind, versions, inputs, outputs, the program's
   // instructions, kernels and GEMMs, and the job section, as text.
@@ -61,7 +87,8 @@ class Artifact {
 
  private:
   Artifact() = default;
-  std::string path_, manifest_;
+  std::string path_, manifest_, signature_;
+  bool trusted_ = false;
   std::shared_ptr<const runtime::ExecutableProgram> program_;
   std::vector<at::Tensor> closed_over_, state_;
   std::vector<std::vector<at::Tensor>> batches_;

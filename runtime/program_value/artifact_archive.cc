@@ -31,6 +31,11 @@ absl::StatusOr<std::map<std::string, std::string>> ReadStoredZip(const std::stri
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return ParseStoredZip(bytes, path);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ParseStoredZip(const std::string& bytes,
+                                                                  const std::string& path) {
   const std::string what = absl::StrCat(path, " is not a complete metafuse artifact (");
   // The end-of-directory record is last; Python writes no archive comment,
   // but up to 64 KiB of one is allowed.

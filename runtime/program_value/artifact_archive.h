@@ -16,6 +16,11 @@ namespace metafuse::runtime {
 // members, members that overlap or reach past the end, and duplicate names.
 absl::StatusOr<std::map<std::string, std::string>> ReadStoredZip(const std::string& path);
 
+// The same for the bytes of an archive already read (`path` names it in
+// errors): a caller that checks a signature over the file reads it once.
+absl::StatusOr<std::map<std::string, std::string>> ParseStoredZip(const std::string& bytes,
+                                                                  const std::string& path);
+
 // Lower-case hexadecimal SHA-256 of `data`.
 std::string Sha256Hex(const std::string& data);
 

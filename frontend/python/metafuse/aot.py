@@ -27,6 +27,16 @@ runner without Python (``frontend/metafuse/aot.h``,
 ``examples/cpp/maml_aot.cc``). ``read`` checks an artifact without making it
 runnable (``metafuse inspect``, which also shows the measured choices of the
 process that saved it: ``manifest["tuning"]``, metafuse.tuning).
+
+Trust (docs/aot.md): an artifact's native code runs only when the artifact
+is trusted, that is signed with a key the loader holds (``save(...,
+key=...)`` signs: an HMAC-SHA256 over the whole file, in the zip's comment;
+``load(..., key=...)`` or ``METAFUSE_ARTIFACT_KEY`` verifies) or loaded with
+``trust=True``. An untrusted artifact runs its kernels printed here from
+their kernel IR (data, parsed and validated by the compiler's printers),
+and its pickled members load as tensors and containers only. Signing and
+verifying are C++ (``runtime/program_value/artifact_signature.h``), shared
+with the C++ runner.
 """
 
 import hashlib
@@ -49,16 +59,55 @@ from metafuse.compile.compiled import kind_of
 
 _core = _C._compiler
 
-FORMAT = "metafuse-aot 2"  # 2: runner.pt (flat tensors for the C++ runner)
+FORMAT = "metafuse-aot 3"  # 3: may be signed; 2: runner.pt (flat tensors for the C++ runner)
+# Formats this metafuse reads: 2 was never signed (read as unsigned).
+READABLE_FORMATS = (FORMAT, "metafuse-aot 2")
+KEY_VARIABLE = "METAFUSE_ARTIFACT_KEY"  # a key as hexadecimal text
 JOB_MEMBER = "job.pt"  # a job artifact's initial state and data batches
 RUNNER_MEMBER = "runner.pt"  # flat tensors for the C++ runner
 
-__all__ = ["save", "load", "read", "save_job", "load_job", "JobData", "Job",
+__all__ = ["save", "load", "read", "save_job", "load_job", "read_key_file", "JobData", "Job",
            "LoadedProgram", "Artifact", "ArtifactError"]
 
 
 class ArtifactError(ValueError):
     """An artifact failed a check on load; the message says which."""
+
+
+HOW_TO_TRUST = ("to trust it, sign it when saving (metafuse.aot.save(..., key=...)) and load "
+                f"it with that key (key=, or {KEY_VARIABLE} as hex), or pass trust=True if "
+                "you trust where it came from")
+
+
+def read_key_file(path):
+    """The key in a key file: hexadecimal text (surrounding whitespace
+    ignored), at least 16 bytes, e.g. written by
+    ``python3 -c "import secrets; print(secrets.token_hex(32))" > key.hex``.
+
+    Args:
+        path: the key file's name.
+
+    Returns:
+        The key (bytes), for ``key=``.
+
+    Raises:
+        ValueError: the file cannot be read or holds no valid key (named).
+    """
+    return _core.read_artifact_key_file(os.fspath(path))
+
+
+def _key(key, caller):
+    """The raw key ``key`` gives (bytes as they are, str as hex), else
+    METAFUSE_ARTIFACT_KEY's, else None."""
+    if key is None:
+        return _core.artifact_key_from_environment()
+    if isinstance(key, (bytes, bytearray)):
+        _core.check_artifact_key(bytes(key), f"{caller}: `key`")
+        return bytes(key)
+    if isinstance(key, str):
+        return _core.parse_artifact_key(key, f"{caller}: `key`")
+    raise TypeError(f"{caller}: `key` must be bytes (the raw key) or str (hexadecimal), "
+                    f"got {type(key).__name__}")
 
 
 def _sha256(data):
@@ -88,7 +137,7 @@ def _output_skeleton(compiled, args):
     return {"tree": _skeleton(result), "losses": False}
 
 
-def save(compiled, path, *example_args):
+def save(compiled, path, *example_args, key=None):
     """Writes the compiled program a call with ``example_args`` runs to an
     artifact at ``path`` (atomically: a reader never sees half a file).
 
@@ -98,6 +147,10 @@ def save(compiled, path, *example_args):
         path: the artifact's file name (``.mfa`` by convention).
         *example_args: the arguments of a call; the artifact is specialized
             to their structure, shapes, dtypes and devices.
+        key: signs the artifact (HMAC-SHA256 over the whole file) so that a
+            loader holding the key runs its native code: bytes (the raw key)
+            or str (hexadecimal), at least 16 bytes. None: the key in
+            METAFUSE_ARTIFACT_KEY (hex) when that is set, else unsigned.
 
     Returns:
         The manifest written (a dict).
@@ -105,13 +158,17 @@ def save(compiled, path, *example_args):
     Raises:
         TypeError: ``compiled`` is not a compiled function.
         RuntimeError: the call runs eagerly (nothing compiled to save).
+        ValueError: ``key`` (or METAFUSE_ARTIFACT_KEY) is not a valid key.
     """
-    return _save(compiled, path, example_args)
+    return _save(compiled, path, example_args, key=key)
 
 
-def _save(compiled, path, example_args, job_section=None, job_payload=None, runner=None):
+def _save(compiled, path, example_args, job_section=None, job_payload=None, runner=None,
+          key=None):
     """save(), with an optional job section (manifest) and job.pt member;
     ``runner`` adds the job's flat tensors to runner.pt."""
+    caller = "metafuse.aot.save_job" if job_section is not None else "metafuse.aot.save"
+    key = _key(key, caller)
     if kind_of(compiled) is None:
         raise TypeError("metafuse.aot.save: `compiled` must be a result of "
                         "compile_inner_loop, compile or vmap, got "
@@ -157,7 +214,7 @@ def _save(compiled, path, example_args, job_section=None, job_payload=None, runn
     # What the saving process measured and chose (metafuse.tuning): shown by
     # `metafuse inspect`, not read when loading.
     manifest["tuning"] = _tuning.report()
-    _write_atomically(path, manifest, members)
+    _write_atomically(path, manifest, members, key)
     return manifest
 
 
@@ -235,15 +292,22 @@ _LIBTORCH_PICKLE = types.SimpleNamespace(Pickler=_BatchOpcodePickler, Unpickler=
                                          __name__="pickle")
 
 
-def _write_atomically(path, manifest, members):
-    """Writes the zip to a temporary file beside ``path``, then renames it."""
+def _write_atomically(path, manifest, members, key=None):
+    """Writes the zip, signed with ``key`` (raw bytes) when given, to a
+    temporary file beside ``path``, then renames it."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+        for name, data in members.items():
+            z.writestr(name, data)
+    data = buffer.getvalue()
+    if key is not None:
+        data = _core.sign_artifact(data, key)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".mfa-", dir=directory)
     try:
-        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as z:
-            z.writestr("manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
-            for name, data in members.items():
-                z.writestr(name, data)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -254,10 +318,14 @@ def _write_atomically(path, manifest, members):
 class LoadedProgram:
     """A compiled program read from an artifact: called like the function it
     was saved from, on arguments of the same structure, shapes, dtypes and
-    devices; differentiable through the compiled meta-backward."""
+    devices; differentiable through the compiled meta-backward.
+    ``trusted`` says whether the artifact's native code runs (else its
+    kernels were printed here from their kernel IR); ``signature`` is the
+    artifact's signature as ``metafuse inspect`` shows it."""
 
-    def __init__(self, manifest, program, constants):
+    def __init__(self, manifest, program, constants, trusted=True, signature=None):
         self.manifest = manifest
+        self.trusted, self.signature = trusted, signature
         self._program = _core.ExecutableProgram(program)
         self._closed = constants["closed_over"]
         self._output = constants["output"]
@@ -287,12 +355,23 @@ class LoadedProgram:
         return _tree.unflatten(out_spec, outputs[:len(leaves_out)])
 
 
-def load(path):
+def load(path, key=None, trust=False):
     """Reads an artifact written by ``save`` (or ``save_job``); neither
-    traces nor compiles.
+    traces nor compiles the function.
+
+    The artifact's native code (LLVM object code, C++ shared objects) runs
+    only when the artifact is trusted: signed with ``key`` (or the key in
+    METAFUSE_ARTIFACT_KEY), or ``trust=True``. Otherwise its kernels are
+    printed here from their kernel IR and compiled (or taken from this
+    user's kernel cache): the same numbers, the compile time paid once, no
+    warning. ``LoadedProgram.trusted`` says which.
 
     Args:
         path: the artifact's file name.
+        key: the key to verify the signature with: bytes (raw) or str
+            (hexadecimal); None: METAFUSE_ARTIFACT_KEY's when set.
+        trust: run the artifact's native code without a verified signature
+            (you trust where it came from); also skips the signature check.
 
     Returns:
         A LoadedProgram.
@@ -300,11 +379,35 @@ def load(path):
     Raises:
         FileNotFoundError: no such file.
         ArtifactError: a check failed (not an artifact, truncated or
-            corrupted, another format or LibTorch version); the message
-            names it. Recompile and save it again with this metafuse.
+            corrupted, another format or LibTorch version, a signature the
+            key does not verify, an untrusted kernel without kernel IR); the
+            message names it and says what to do.
     """
-    artifact = read(path)
-    return LoadedProgram(artifact.manifest, artifact.program, artifact.constants)
+    artifact = _read(path, key, trust, "metafuse.aot.load")
+    return LoadedProgram(artifact.manifest, _runnable(artifact, path, "metafuse.aot.load"),
+                         artifact.constants, artifact.trusted, artifact.signature)
+
+
+def _runnable(artifact, path, caller):
+    """The artifact's program, its kernels printed here from their kernel
+    IR when it is not trusted; checked against this CPU."""
+    program = artifact.program
+    try:
+        if not artifact.trusted:
+            try:
+                program.rebuild_kernels_from_kernel_ir()
+            except ValueError as exc:
+                raise ArtifactError(
+                    f"{caller}: {path} is not trusted ({artifact.signature}), so its native "
+                    f"code does not run, and its kernels cannot run from their kernel IR: "
+                    f"{exc}; {HOW_TO_TRUST}") from None
+        program.check_object_targets()  # the CPU its host code was made for
+    except ValueError as exc:
+        hint = "" if artifact.trusted else (
+            f" ({path} is not trusted ({artifact.signature}), so its kernels are compiled "
+            f"here from their kernel IR; {HOW_TO_TRUST})")
+        raise ArtifactError(f"{caller}: {path}: {exc}{hint}") from None
+    return program
 
 
 class Artifact:
@@ -312,19 +415,27 @@ class Artifact:
     (dict), ``program`` (the ``CompiledProgram`` value: ``dump()``,
     ``versions``, ...), ``constants`` (closed-over tensors, output
     structure), ``job`` (the stored state and batches of a job artifact, or
-    None) and ``sizes`` (bytes of each zip member)."""
+    None), ``sizes`` (bytes of each zip member), ``signature`` (e.g.
+    ``"unsigned"``, ``"signed (HMAC-SHA256), verified with key
+    <fingerprint>"``) and ``trusted`` (whether loading it runs its native
+    code)."""
 
-    def __init__(self, manifest, program, constants, job, sizes):
+    def __init__(self, manifest, program, constants, job, sizes, signature="unsigned",
+                 trusted=False):
         self.manifest, self.program, self.constants = manifest, program, constants
         self.job, self.sizes = job, sizes
+        self.signature, self.trusted = signature, trusted
 
 
-def read(path):
+def read(path, key=None, trust=False):
     """Reads and checks an artifact without making it runnable (no kernel is
     compiled or linked): what ``metafuse inspect`` shows.
 
     Args:
         path: the artifact's file name.
+        key: verifies the signature (as in ``load``); None:
+            METAFUSE_ARTIFACT_KEY's when set.
+        trust: as in ``load``.
 
     Returns:
         An Artifact.
@@ -333,8 +444,43 @@ def read(path):
         FileNotFoundError: no such file.
         ArtifactError: a check failed; the message names it.
     """
+    return _read(path, key, trust, "metafuse.aot.load")
+
+
+def _trust_of(data, key, trust, path, caller):
+    """(description, trusted) of the artifact file's bytes ``data``."""
     try:
-        z = zipfile.ZipFile(path)
+        state, description = _core.artifact_signature(data, key)
+    except (PermissionError, ValueError) as exc:
+        if not trust:
+            raise ArtifactError(f"{caller}: {path}: {exc}; load it with the key it was signed "
+                                "with, or pass trust=True if you trust where it came "
+                                "from") from None
+        return f"signed (HMAC-SHA256), not verified ({exc})", True
+    return description, trust or state == "verified"
+
+
+def _unpickle(data, name, path, trusted, caller):
+    """torch.load of a member; from an untrusted artifact, tensors and
+    containers only (its pickles run no code)."""
+    if trusted:
+        return torch.load(io.BytesIO(data))
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as exc:  # the restricted unpickler's errors vary by torch version
+        raise ArtifactError(f"{caller}: {path} is not trusted, and its {name} holds pickled "
+                            "objects other than tensors and containers, which load only from "
+                            f"a trusted artifact ({str(exc).splitlines()[0]}); "
+                            f"{HOW_TO_TRUST}") from None
+
+
+def _read(path, key, trust, caller):
+    key = _key(key, caller)
+    with open(path, "rb") as f:  # one read: the signature covers these bytes
+        data = f.read()
+    signature, trusted = _trust_of(data, key, trust, path, caller)
+    try:
+        z = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile as exc:
         raise ArtifactError(f"metafuse.aot.load: {path} is not a metafuse artifact or "
                             f"is truncated ({exc}); save it again") from None
@@ -358,9 +504,10 @@ def read(path):
                 raise
             raise ArtifactError(f"metafuse.aot.load: {path} is damaged ({exc}); "
                                 "save it again") from None
-    if manifest.get("format") != FORMAT:
+    if manifest.get("format") not in READABLE_FORMATS:
         raise ArtifactError(f"metafuse.aot.load: {path} has format "
-                            f"{manifest.get('format')!r}; this metafuse reads {FORMAT!r}. "
+                            f"{manifest.get('format')!r}; this metafuse reads "
+                            f"{' and '.join(map(repr, READABLE_FORMATS))}. "
                             "Recompile and save it with this version")
     if manifest.get("torch") != torch.__version__:
         raise ArtifactError(f"metafuse.aot.load: {path} was made with LibTorch "
@@ -374,12 +521,14 @@ def read(path):
                                 "again")
     try:
         program = _core.deserialize_program(members["program.bin"])
-        program.check_object_targets()  # the CPU its object code was made for
+        if trusted:
+            program.check_object_targets()  # the CPU its object code was made for
     except ValueError as exc:
         raise ArtifactError(f"metafuse.aot.load: {path}: {exc}") from None
-    constants = torch.load(io.BytesIO(members["constants.pt"]))
-    job = torch.load(io.BytesIO(members[JOB_MEMBER])) if JOB_MEMBER in members else None
-    return Artifact(manifest, program, constants, job, sizes)
+    constants = _unpickle(members["constants.pt"], "constants.pt", path, trusted, caller)
+    job = (_unpickle(members[JOB_MEMBER], JOB_MEMBER, path, trusted, caller)
+           if JOB_MEMBER in members else None)
+    return Artifact(manifest, program, constants, job, sizes, signature, trusted)
 
 
 # --- Job artifacts: a whole training step and the data it runs on ---------
@@ -478,7 +627,7 @@ def _check_job(step, state, batches):
     return names
 
 
-def save_job(step, path, data):
+def save_job(step, path, data, key=None):
     """Writes a job artifact: the compiled program of one training step plus
     the initial state and the data it runs on, so that ``metafuse run`` (or
     ``load_job(path).run(n)``) trains without the script that made it.
@@ -495,6 +644,7 @@ def save_job(step, path, data):
         step: a function compiled with ``metafuse.compile``.
         path: the artifact's file name.
         data: a JobData (initial state, batches, description).
+        key: signs the artifact, as in ``save``.
 
     Returns:
         The manifest written.
@@ -524,7 +674,7 @@ def save_job(step, path, data):
     payload = {"state": state, "batches": batches}
     runner = {"state_leaves": state_leaves,
               "batch_leaves": [_tree.flatten(list(batch))[0] for batch in batches]}
-    return _save(step, path, (state,) + tuple(batches[0]), section, payload, runner)
+    return _save(step, path, (state,) + tuple(batches[0]), section, payload, runner, key)
 
 
 class Job:
@@ -575,8 +725,9 @@ class Job:
         return state, history
 
 
-def load_job(path):
-    """Reads a job artifact written by ``save_job``.
+def load_job(path, key=None, trust=False):
+    """Reads a job artifact written by ``save_job``; ``key`` and ``trust``
+    decide whether its native code runs, as in ``load``.
 
     Returns:
         A Job.
@@ -586,10 +737,12 @@ def load_job(path):
         ArtifactError: a check failed, or the artifact holds a program
             without a job section (saved by ``save``).
     """
-    artifact = read(path)
+    artifact = _read(path, key, trust, "metafuse.aot.load_job")
     if artifact.job is None:
         raise ArtifactError(f"metafuse.aot.load_job: {path} holds a compiled program, "
                             "not a job (no job section); save it with "
                             "metafuse.aot.save_job")
-    program = LoadedProgram(artifact.manifest, artifact.program, artifact.constants)
+    program = LoadedProgram(artifact.manifest,
+                            _runnable(artifact, path, "metafuse.aot.load_job"),
+                            artifact.constants, artifact.trusted, artifact.signature)
     return Job(artifact.manifest, program, artifact.job)

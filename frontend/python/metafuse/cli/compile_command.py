@@ -7,6 +7,7 @@ import time
 import warnings
 
 from metafuse import aot
+from metafuse.cli import artifacts
 from metafuse.cli import script as scripts
 from metafuse.cli.errors import CliError
 from metafuse.compile.compiled import CompilationFallbackWarning
@@ -22,6 +23,7 @@ def add_parser(subparsers):
     scripts.add_arguments(parser)
     parser.add_argument("-o", "--output", required=True, metavar="OUT.mfa",
                         help="the artifact to write")
+    artifacts.add_trust_arguments(parser, signing=True)
     parser.set_defaults(run=run)
 
 
@@ -29,6 +31,7 @@ def run(args):
     out_dir = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(out_dir):
         raise CliError(f"{args.output}: directory {out_dir} does not exist")
+    key = artifacts.key(args)
     loaded = scripts.load(args.spec, args.example)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -36,9 +39,11 @@ def run(args):
         with scripts.user_code(loaded.script, f"compiling {loaded.name}"):
             try:
                 if loaded.is_job:
-                    manifest = aot.save_job(loaded.function, args.output, loaded.example)
+                    manifest = aot.save_job(loaded.function, args.output, loaded.example,
+                                            key=key)
                 else:
-                    manifest = aot.save(loaded.function, args.output, *loaded.example)
+                    manifest = aot.save(loaded.function, args.output, *loaded.example,
+                                        key=key)
             except Exception:  # noqa: BLE001  (a fallback explains any failure after it)
                 fallback = [str(w.message) for w in caught
                             if issubclass(w.category, CompilationFallbackWarning)]
@@ -54,7 +59,9 @@ def run(args):
     seconds = time.perf_counter() - start
     kind = "job" if "job" in manifest else manifest["kind"]
     size = os.path.getsize(args.output)
-    print(f"wrote {args.output}: {kind} artifact, {size / 1024:.1f} KiB, "
+    signed = key is not None or bool(os.environ.get(aot.KEY_VARIABLE, "").strip())
+    print(f"wrote {args.output}: {kind} artifact{', signed' if signed else ''}, "
+          f"{size / 1024:.1f} KiB, "
           f"{manifest['inputs']['leaves']} input tensors, {manifest['num_outputs']} "
           f"outputs (compiled and saved in {seconds:.2f} s)")
     return 0

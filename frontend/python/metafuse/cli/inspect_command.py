@@ -24,6 +24,7 @@ def add_parser(subparsers):
                        help="print the whole program value as text")
     parser.add_argument("--kernels", action="store_true",
                         help="list every fused kernel (default: the first 10 per stage)")
+    artifacts.add_trust_arguments(parser)
     parser.set_defaults(run=run)
 
 
@@ -58,7 +59,7 @@ def _print_stage(stage, all_kernels):
 
 
 def run(args):
-    artifact = artifacts.read(args.artifact)
+    artifact = artifacts.read(args.artifact, artifacts.key(args), args.trust)
     if args.dump:
         print(artifact.program.dump(), end="")
         return 0
@@ -66,10 +67,15 @@ def run(args):
     summary = summarize(artifact.program)
     if args.json:
         print(json.dumps({"manifest": manifest, "members": artifact.sizes,
+                          "signature": artifact.signature, "trusted": artifact.trusted,
                           "program": summary}, indent=1, sort_keys=True))
         return 0
     kind = "job" if "job" in manifest else manifest.get("kind")
     print(f"{args.artifact}: {kind} artifact, format {manifest.get('format')!r}")
+    print(f"signature: {artifact.signature}")
+    print("native code: " + ("runs when loaded (trusted)" if artifact.trusted else
+                             "does not run; its kernels are printed from their kernel IR when "
+                             "loaded (not trusted)"))
     print("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["versions"].items()))
           + f", torch {manifest.get('torch')}")
     print("members: " + ", ".join(f"{n} {_kib(s)}" for n, s in sorted(artifact.sizes.items())))

@@ -39,6 +39,7 @@ def add_parser(subparsers):
                         help="write every step's metrics (exact floats) to PATH")
     parser.add_argument("--save-state", metavar="PATH",
                         help="torch.save the final state to PATH")
+    artifacts.add_trust_arguments(parser)
     parser.set_defaults(run=run)
 
 
@@ -47,7 +48,7 @@ def _format(metrics):
 
 
 def run(args):
-    job = artifacts.load_job(args.artifact)
+    job = artifacts.load_job(args.artifact, artifacts.key(args), args.trust)
     steps = args.steps or len(job.batches)
     every = args.every or max(1, steps // 10)
     progress = Progress(steps)
