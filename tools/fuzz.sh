@@ -30,7 +30,7 @@ ABSL="-labsl_statusor -labsl_status -labsl_cord -labsl_cord_internal -labsl_cord
 
 # harness -> the loader's sources it links | the libraries they need.
 declare -A SPEC=(
-  [program_serialization]="runtime/program_value/program_serialization.cc
+  [program_serialization]="runtime/program_value/program_serialization.cc runtime/program_value/pickle_archive_check.cc
     runtime/program_value/program_code.cc runtime/base/revolve_schedule.cc
     | -ltorch -ltorch_cpu -lc10 -lpthread -lz"
   [artifact_archive]="runtime/program_value/artifact_archive.cc | -lcrypto"

@@ -14,6 +14,7 @@ PACKAGES=(
                              # build's shared buffers (tests/python/test_blas_threads.py)
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   llvm-14-dev                # ORC LLJIT for CPU code generation
+  clang libclang-rt-14-dev   # libFuzzer and clang's sanitizer runtimes (tools/fuzz.sh)
   pybind11-dev python3-pybind11 python3-dev
   python3-pytest python3-numpy python3-matplotlib
   graphviz python3-graphviz   # dot; metafuse.visual renders through the graphviz package

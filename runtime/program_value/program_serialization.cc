@@ -1,14 +1,10 @@
 #include "runtime/program_value/program_serialization.h"
 
 #include <ATen/ATen.h>
-#include <caffe2/serialize/versions.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include <array>
-#include <cstdint>
-#include <map>
-
 #include "absl/strings/str_cat.h"
+#include "runtime/program_value/pickle_archive_check.h"
 
 namespace metafuse::runtime {
 namespace {
@@ -491,114 +487,6 @@ LoopSection ReadLoop(Reader& r, const CompiledProgram& p) {
   return loop;
 }
 
-// ---- the container: LibTorch's zip reader (miniz behind PyTorchStreamReader,
-// torch 1.13) trusts the archive's offsets and sizes and skips its CRC
-// checks, so damaged bytes make it read outside them or allocate what a size
-// field claims. The bytes reach it only as the writer makes them: one zip of
-// stored members, no comment, the directory, a zip64 end record and its
-// locator (miniz writes them; miniz reads their fields rather than the end
-// record's, so both must agree), then the end record; every member inside
-// the bytes with the CRC-32 the directory says.
-
-uint32_t Crc32(const char* data, size_t size) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < size; ++i) c = table[(c ^ static_cast<uint8_t>(data[i])) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
-
-absl::Status CheckContainer(const std::string& b) {
-  auto u16 = [&b](size_t at) -> uint32_t {
-    return static_cast<uint8_t>(b[at]) | static_cast<uint8_t>(b[at + 1]) << 8;
-  };
-  auto u32 = [&](size_t at) -> uint32_t { return u16(at) | u16(at + 2) << 16; };
-  auto u64 = [&](size_t at) -> uint64_t { return u32(at) | uint64_t{u32(at + 4)} << 32; };
-  auto bad = [](const std::string& what) {
-    return absl::DataLossError(absl::StrCat(
-        "compiled program: the bytes are not a complete program archive (", what,
-        "): truncated or damaged; recompile it"));
-  };
-  constexpr size_t kEnd = 22, kCentral = 46, kLocal = 30, kZip64End = 56, kLocator = 20;
-  if (b.size() < kEnd || u32(b.size() - kEnd) != 0x06054b50u) return bad("no end record");
-  const size_t end = b.size() - kEnd;
-  const uint32_t count = u16(end + 10), directory_size = u32(end + 12),
-                 directory = u32(end + 16);
-  if (u16(end + 4) != 0 || u16(end + 6) != 0 || u16(end + 8) != count || count == 0 ||
-      u16(end + 20) != 0) {
-    return bad("the end record describes more than one directory, or a comment");
-  }
-  size_t directory_end = end;
-  if (end >= kLocator && u32(end - kLocator) == 0x07064b50u) {
-    if (end < kLocator + kZip64End) return bad("a truncated zip64 end record");
-    const size_t record = end - kLocator - kZip64End;
-    if (u32(end - 16) != 0 || u64(end - 12) != record || u32(end - 4) != 1 ||
-        u32(record) != 0x06064b50u || u64(record + 4) != kZip64End - 12 ||
-        u32(record + 16) != 0 || u32(record + 20) != 0 || u64(record + 24) != count ||
-        u64(record + 32) != count || u64(record + 40) != directory_size ||
-        u64(record + 48) != directory) {
-      return bad("the zip64 end record disagrees with the end record");
-    }
-    directory_end = record;
-  }
-  if (directory > directory_end || directory_size != directory_end - directory) {
-    return bad("the directory is not where the end record says");
-  }
-  size_t at = directory;
-  std::map<std::string, std::string> members;  // name -> contents
-  std::string first_name;
-  for (uint32_t k = 0; k < count; ++k) {
-    const std::string entry = absl::StrCat("directory entry ", k);
-    if (kCentral > directory_end - at || u32(at) != 0x02014b50u) return bad(entry + " is damaged");
-    const uint32_t flags = u16(at + 8), method = u16(at + 10), crc = u32(at + 16),
-                   stored = u32(at + 20), size = u32(at + 24), name = u16(at + 28),
-                   extra = u16(at + 30), comment = u16(at + 32), local = u32(at + 42);
-    if ((flags & 1) != 0 || method != 0 || stored != size || size == 0xFFFFFFFFu ||
-        local == 0xFFFFFFFFu || u16(at + 34) != 0) {
-      return bad(entry + " is not a stored member");
-    }
-    if (name + extra + comment > directory_end - at - kCentral) {
-      return bad(entry + " reaches past the directory");
-    }
-    if (local > directory || kLocal > directory - local || u32(local) != 0x04034b50u) {
-      return bad(entry + ": its local header is damaged");
-    }
-    const size_t data = local + kLocal + u16(local + 26) + u16(local + 28);
-    if (data > directory || size > directory - data) return bad(entry + ": its data is truncated");
-    if (Crc32(b.data() + data, size) != crc) return bad(entry + ": its CRC-32 differs");
-    const std::string member_name = b.substr(at + kCentral, name);
-    if (k == 0) first_name = member_name;
-    members.emplace(member_name, b.substr(data, size));
-    at += kCentral + name + extra + comment;
-  }
-  if (at != directory_end) return bad("the directory holds more than its entries");
-  // What the reader's constructor checks (an exception there leaks its zip
-  // state): every record in the first one's folder, a readable version.
-  const size_t slash = first_name.find('/');
-  if (slash == std::string::npos) return bad("the first member is not in a folder");
-  const std::string folder = first_name.substr(0, slash + 1);
-  auto version = members.find(folder + ".data/version");
-  if (version == members.end()) version = members.find(folder + "version");
-  if (version == members.end()) return bad("no version record");
-  std::string digits = version->second;
-  if (!digits.empty() && digits.back() == '\n') digits.pop_back();
-  uint64_t number = 0;
-  if (digits.empty() || digits.size() > 3 ||
-      digits.find_first_not_of("0123456789") != std::string::npos ||
-      (number = std::stoull(digits)) < caffe2::serialize::kMinSupportedFileFormatVersion ||
-      number > caffe2::serialize::kMaxSupportedFileFormatVersion) {
-    return bad("a version record that is not a supported version");
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 std::string SerializeProgram(const CompiledProgram& program) {
@@ -623,7 +511,11 @@ std::string SerializeProgram(const CompiledProgram& program) {
 }
 
 absl::StatusOr<CompiledProgram> DeserializeProgram(const std::string& bytes) {
-  if (absl::Status container = CheckContainer(bytes); !container.ok()) return container;
+  // LibTorch's reader and unpickler trust their input: check it first.
+  if (absl::Status archive = CheckPickleArchive(bytes); !archive.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("compiled program: ", archive.message(), "; recompile it"));
+  }
   IValue root;
   try {
     root = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));

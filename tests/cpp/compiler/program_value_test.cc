@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
+#include <zlib.h>
+
+#include <functional>
 
 #include "compiler/callable/compiled_inner_loop.h"
 #include "runtime/executor/autograd_node.h"
@@ -165,6 +168,70 @@ TEST(ProgramValue, DamagedArchivesAreRefusedBeforeLibTorchReadsThem) {
   refused(renamed, "no version record");
   refused(bytes.substr(0, bytes.size() - 1), "no end record");
   refused(bytes + "comment", "no end record");
+}
+
+// `bytes` (a serialized program: a zip of stored members) with member
+// `name` changed by `edit` in place and the directory's CRC-32 made to
+// match: a damaged pickle that gets past the container check.
+std::string EditMember(std::string bytes, const std::string& name,
+                       const std::function<void(std::string&)>& edit) {
+  auto le = [&bytes](size_t at, int n) {
+    uint32_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = v << 8 | static_cast<uint8_t>(bytes[at + i]);
+    return v;
+  };
+  for (size_t at = bytes.find("PK\x01\x02"); at != std::string::npos;
+       at = bytes.find("PK\x01\x02", at + 4)) {
+    const std::string member = bytes.substr(at + 46, le(at + 28, 2));
+    if (member.size() < name.size() ||
+        member.compare(member.size() - name.size(), name.size(), name) != 0) {
+      continue;
+    }
+    const size_t local = le(at + 42, 4), size = le(at + 24, 4);
+    const size_t data = local + 30 + le(local + 26, 2) + le(local + 28, 2);
+    std::string contents = bytes.substr(data, size);
+    edit(contents);
+    bytes.replace(data, size, contents);
+    const uint32_t crc = crc32(0, reinterpret_cast<const Bytef*>(contents.data()), size);
+    for (int i = 0; i < 4; ++i) bytes[at + 16 + i] = static_cast<char>(crc >> (8 * i));
+    return bytes;
+  }
+  ADD_FAILURE() << "no member " << name;
+  return bytes;
+}
+
+// Found by tests/fuzz/program_serialization_fuzzer once CRC-32s no longer
+// stopped it: LibTorch 1.13's unpickler reserved the 3.5 GB a string's
+// length field claimed, and it pops marks and values that are not there
+// and gives a tensor sizes past its storage unchecked. The pickle is now
+// replayed on a model of the stack before LibTorch runs it.
+TEST(ProgramValue, DamagedPicklesAreRefusedBeforeLibTorchRunsThem) {
+  const std::string bytes = runtime::SerializeProgram(runtime::CompiledProgram{});
+  auto refused = [&bytes](const std::function<void(std::string&)>& edit,
+                          const std::string& reason) {
+    auto loaded = runtime::DeserializeProgram(EditMember(bytes, "data.pkl", edit));
+    ASSERT_FALSE(loaded.ok()) << reason;
+    EXPECT_NE(loaded.status().ToString().find(reason), std::string::npos) << loaded.status();
+  };
+  // Unchanged, it loads: the edit itself keeps a pickle readable.
+  ASSERT_TRUE(runtime::DeserializeProgram(EditMember(bytes, "data.pkl", [](std::string&) {})).ok());
+  refused([](std::string& p) {  // the magic string's length, 0xF0000000
+    p[p.find("metafuse-program") - 1] = '\xf0';
+  }, "a string longer than the pickle");
+  refused([](std::string& p) { p[2] = 't'; }, "no mark");  // a tuple with no mark
+  refused([](std::string& p) {  // an empty byte tensor's size (0,) made (5,)
+    // Its sizes and strides, (0,) and (1,), as torch 1.13 and 2.x write them.
+    for (const std::string& form : {std::string("(K\x00t(K\x01t", 8),
+                                    std::string("K\x00\x85K\x01\x85", 6)}) {
+      const size_t at = p.find(form);
+      if (at != std::string::npos) {
+        p[at + form.find('\0')] = 5;
+        return;
+      }
+    }
+    ADD_FAILURE() << "no empty tensor's sizes in the pickle";
+  }, "a tensor reaching outside its storage");
+  refused([](std::string& p) { p[p.find('q') + 1] = 9; }, "a memo entry out of order");
 }
 
 TEST(ProgramValue, OutOfRangeRegistersAreRefused) {
