@@ -7,14 +7,23 @@ set -euo pipefail
 out="${1:-.}"
 steps="${STEPS:-200}"
 
-# 1. Compile: the script's meta_step with the data example_args() returns.
-metafuse compile examples/sinusoid_maml_job.py:meta_step -o "$out/maml_job.mfa"
+# 0. A signing key (hex): the artifact's native code runs only where its key
+#    is given; elsewhere its kernels are compiled from their kernel IR
+#    (docs/aot.md, "Trust").
+python -c "import secrets; print(secrets.token_hex(32))" > "$out/key.hex"
 
-# 2. Inspect: kind, versions, shapes, instructions, kernels (nothing runs).
-metafuse inspect "$out/maml_job.mfa"
+# 1. Compile: the script's meta_step with the data example_args() returns,
+#    signed with the key.
+metafuse compile examples/sinusoid_maml_job.py:meta_step -o "$out/maml_job.mfa" \
+    --key-file "$out/key.hex"
+
+# 2. Inspect: kind, versions, signature, shapes, instructions, kernels
+#    (nothing runs).
+metafuse inspect "$out/maml_job.mfa" --key-file "$out/key.hex"
 
 # 3. Run: the stored meta-batches, cycled; metrics every 50 steps.
-metafuse run "$out/maml_job.mfa" --steps "$steps" --every 50 --json "$out/history.json"
+metafuse run "$out/maml_job.mfa" --steps "$steps" --every 50 --json "$out/history.json" \
+    --key-file "$out/key.hex"
 
 # 4. The same artifact from Python (or from C++ with metafuse/aot.h).
-python docs/tutorials/aot_job.py "$out/maml_job.mfa"
+python docs/tutorials/aot_job.py "$out/maml_job.mfa" "$out/key.hex"

@@ -48,10 +48,11 @@ absl::Status RebuildKernelsFromKernelIr(CompiledProgram& program) {
     return absl::OkStatus();
   }
   auto service = GetKernelPrinterService("running an artifact's kernels from their kernel IR");
-  if (!service.ok()) return service.status();
-  if (!(*service)->print_kernel_code) {
+  if (!service.ok() || !(*service)->print_kernel_code) {
     return absl::FailedPreconditionError(
-        "the registered kernel printer service cannot print a kernel's code from its kernel IR");
+        "printing kernels from their kernel IR needs metafuse's compiler, and this process "
+        "links only the runtime (a process that links "
+        "//compiler/codegen:kernel_printer_registration can)");
   }
   CompiledProgram rebuilt = program;
   for (ProgramCode* code : {&rebuilt.forward, &rebuilt.backward}) {

@@ -37,8 +37,9 @@ absl::StatusOr<std::map<std::string, std::string>> ReadStoredZip(const std::stri
 absl::StatusOr<std::map<std::string, std::string>> ParseStoredZip(const std::string& bytes,
                                                                   const std::string& path) {
   const std::string what = absl::StrCat(path, " is not a complete metafuse artifact (");
-  // The end-of-directory record is last; Python writes no archive comment,
-  // but up to 64 KiB of one is allowed.
+  // The end-of-directory record is last; Python writes no archive comment
+  // but a signature record (artifact_signature.h), and up to 64 KiB of one
+  // is allowed.
   size_t end = std::string::npos;
   if (bytes.size() >= kEndOfDirectorySize) {
     const size_t last = bytes.size() - kEndOfDirectorySize;

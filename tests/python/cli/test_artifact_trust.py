@@ -215,5 +215,7 @@ def test_inspect_shows_the_signature(tmp_path):
     refused = cli("inspect", signed, "--key-file", other_file, env=env)
     assert refused.returncode == 1
     assert f"does not verify with key {fingerprint(OTHER_KEY)}" in refused.stderr
+    assert "or pass --trust if you trust where it came from" in refused.stderr
+    assert cli("inspect", signed, "--key-file", other_file, "--trust", env=env).returncode == 0
     bad = cli("inspect", signed, "--key-file", tmp_path / "missing.hex", env=env)
     assert bad.returncode == 1 and "--key-file: key file" in bad.stderr

@@ -43,8 +43,12 @@ def _guarded(reader, path, **options):
     try:
         return reader(path, **options)
     except ValueError as exc:  # ArtifactError, or METAFUSE_ARTIFACT_KEY's key
-        raise CliError(str(exc).replace("metafuse.aot.load: ", "").replace(
-            "metafuse.aot.load_job: ", "")) from None
+        message = str(exc).replace("metafuse.aot.load: ", "").replace(
+            "metafuse.aot.load_job: ", "")
+        # The Python options named as this tool's.
+        message = message.replace("pass trust=True", "pass --trust").replace(
+            "(key=, or ", "(--key-file, or ")
+        raise CliError(message) from None
     except OSError as exc:
         raise CliError(f"{path}: {exc.strerror or exc}") from None
 
