@@ -9,6 +9,7 @@ the disk cache for both ("warm").
 
 import argparse
 import os
+import secrets
 import statistics
 import tempfile
 import time
@@ -34,11 +35,13 @@ def main():
         return torch.nn.functional.mse_loss(mf.functional_call(net, p, x), y)
 
     path = os.path.join(tempfile.mkdtemp(), "maml.mfa")
-    mf.aot.save(mf.compile_inner_loop(loss_fn, mf.sgd(0.01), steps=5), path, params, x, y)
+    key = secrets.token_bytes(32)  # signed: the artifact's own host code runs (docs/aot.md)
+    mf.aot.save(mf.compile_inner_loop(loss_fn, mf.sgd(0.01), steps=5), path, params, x, y,
+                key=key)
     load, compile_ = [], []
     for _ in range(args.repeats):
         start = time.perf_counter()
-        job = mf.aot.load(path)
+        job = mf.aot.load(path, key=key)
         job(params, x, y)
         load.append((time.perf_counter() - start) * 1e3)
         start = time.perf_counter()
