@@ -52,7 +52,11 @@ inline __attribute__((always_inline)) A LoadIf(const T* ptr, int64_t i) {
   }
 }
 
-template <class Opt, typename T, bool kParam, int kVariant>
+// kStateGrads: whether gradients reach the new states. Usually none do (a
+// meta-loss of the parameters reaches the states only through later steps'
+// updates, and the last step's states are not used); the loop then reads no
+// go* array instead of zeros materialized for it.
+template <class Opt, typename T, bool kParam, bool kStateGrads, int kVariant>
 MF_VECTORIZED_LOOP void BackwardLoop(
     const typename Opt::template Coeffs<at::opmath_type<T>> c,
     const BackwardPtrs<T> q, int64_t lo, int64_t hi) {
@@ -88,8 +92,9 @@ MF_VECTORIZED_LOOP void BackwardLoop(
         LoadIf<(S > 2), A>(s2, i), LoadIf<(S > 0), A>(o0, i),
         LoadIf<(S > 1), A>(o1, i), LoadIf<(S > 2), A>(o2, i),
         LoadIf<(X > 0), A>(x0, i), LoadIf<(X > 1), A>(x1, i),
-        static_cast<A>(gu[i]), LoadIf<(S > 0), A>(go0, i),
-        LoadIf<(S > 1), A>(go1, i), LoadIf<(S > 2), A>(go2, i), &a_g, &a_p,
+        static_cast<A>(gu[i]), LoadIf<(kStateGrads && S > 0), A>(go0, i),
+        LoadIf<(kStateGrads && S > 1), A>(go1, i),
+        LoadIf<(kStateGrads && S > 2), A>(go2, i), &a_g, &a_p,
         &a_0, &a_1, &a_2);
     out_g[i] = static_cast<T>(a_g);
     if (kParam) out_p[i] = static_cast<T>(a_p);
@@ -99,13 +104,31 @@ MF_VECTORIZED_LOOP void BackwardLoop(
   }
 }
 
-template <class Opt, typename T, bool kParam>
+template <class Opt, typename T, bool kParam, bool kStateGrads>
 void RunBackwardVariant(int variant,
                         const typename Opt::template Coeffs<at::opmath_type<T>>& c,
                         const BackwardPtrs<T>& q, int64_t lo, int64_t hi) {
   DispatchVariant<Opt::kNumVariants>(variant, [&](auto v) {
-    BackwardLoop<Opt, T, kParam, decltype(v)::value>(c, q, lo, hi);
+    BackwardLoop<Opt, T, kParam, kStateGrads, decltype(v)::value>(c, q, lo,
+                                                                  hi);
   });
+}
+
+template <class Opt, typename T>
+void RunBackward(bool param, bool state_grads, int variant,
+                 const typename Opt::template Coeffs<at::opmath_type<T>>& c,
+                 const BackwardPtrs<T>& q, int64_t lo, int64_t hi) {
+  if (param) {
+    if (state_grads) {
+      RunBackwardVariant<Opt, T, true, true>(variant, c, q, lo, hi);
+    } else {
+      RunBackwardVariant<Opt, T, true, false>(variant, c, q, lo, hi);
+    }
+  } else if (state_grads) {
+    RunBackwardVariant<Opt, T, false, true>(variant, c, q, lo, hi);
+  } else {
+    RunBackwardVariant<Opt, T, false, false>(variant, c, q, lo, hi);
+  }
 }
 
 // saved = {g[K], p[P], s_in[S*K], s_out[S*K], aux[X*K]} (as FusedStepFunction
@@ -119,7 +142,11 @@ torch::autograd::variable_list FusedFirstOrderBackward(
   const int variant = Opt::Variant(h);
   const int S = NumStates<Opt>(variant);
   const int X = Opt::kNumAux;
-  // in[k][slot] in BackwardPtrs order; undefined gradients become zeros.
+  // in[k][slot] in BackwardPtrs order. An undefined gradient of the update
+  // becomes zeros; those of the new states are not read at all when none is
+  // defined (the common case), and become zeros otherwise.
+  bool state_grads = false;
+  for (size_t i = K; i < (1 + S) * K; ++i) state_grads |= grads[i].defined();
   std::vector<std::vector<at::Tensor>> in(K, std::vector<at::Tensor>(14));
   torch::autograd::variable_list out_g(K), out_p(P), out_s(S * K);
   std::vector<int64_t> sizes(K);
@@ -137,7 +164,9 @@ torch::autograd::variable_list FusedFirstOrderBackward(
       return gt.defined() ? gt.contiguous() : at::zeros_like(t[0]);
     };
     t[10] = dense(grads[k]);
-    for (int j = 0; j < S; ++j) t[11 + j] = dense(grads[(1 + j) * K + k]);
+    if (state_grads) {
+      for (int j = 0; j < S; ++j) t[11 + j] = dense(grads[(1 + j) * K + k]);
+    }
     out_g[k] = at::empty_like(t[0]);
     if (P) out_p[k] = at::empty_like(t[0]);
     for (int j = 0; j < S; ++j) out_s[j * K + k] = at::empty_like(t[0]);
@@ -165,11 +194,8 @@ torch::autograd::variable_list FusedFirstOrderBackward(
               [&](int64_t begin, int64_t end) {
                 ForEachSegment(offsets, begin, end,
                                [&](int64_t k, int64_t lo, int64_t hi) {
-                  if (P) {
-                    RunBackwardVariant<Opt, scalar_t, true>(variant, c, ptrs[k], lo, hi);
-                  } else {
-                    RunBackwardVariant<Opt, scalar_t, false>(variant, c, ptrs[k], lo, hi);
-                  }
+                  RunBackward<Opt, scalar_t>(P != 0, state_grads, variant,
+                                             c, ptrs[k], lo, hi);
                 });
               });
         });

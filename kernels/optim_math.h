@@ -32,13 +32,18 @@ namespace metafuse::kernels {
 // the closed forms return their midpoint, 0, instead of 0 * inf = NaN, and
 // the meta-gradient is the exact one (the paths through the first moment
 // carry all of it). The closed forms take it through this struct so that
-// each value type supplies its own select: a branch-free compare here, a
+// each value type supplies its own select: a compare of constants here, a
 // masked ATen expression for at::Tensor (kernels/optimizers.h), an IR
 // `where` for the compiler's symbolic values (compiler/autodiff/
 // rules_optimizer.cc).
 template <typename A>
 struct RootInverse {
-  static MF_HD A Of(A r) { return r != A(0) ? A(1) / r : A(0); }
+  // The same mask / (r + (1 - mask)) as the other forms: the division runs
+  // in every lane (a division under a condition would not vectorize).
+  static MF_HD A Of(A r) {
+    const A zero = r == A(0) ? A(1) : A(0);
+    return (A(1) - zero) / (r + zero);
+  }
 };
 
 // Adam / AdamW.
