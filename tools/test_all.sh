@@ -24,6 +24,7 @@ bash tools/setup_venv.sh
 step "2/3 Bazel against Debian's LibTorch 1.13.1: C++ tests, then Python tests on torch 1.13.1"
 bash tools/build.sh
 bazel test //...
+bash tools/asan_tests.sh  # C++ tests under ASan + UBSan; fuzzing: tools/fuzz.sh (docs/fuzzing.md)
 PYTHONPATH="$PWD/frontend/python" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   tests/python/compiler tests/python/optim tests/python/torchopt_compat
 
