@@ -4,12 +4,14 @@ members (the serialized program, the shared object), the kernel IR of the
 program's fused kernels, the kernel-cache entries the compilation stored,
 and serialized TreeSpecs.
 
-    .venv/bin/python tools/make_fuzz_seeds.py      # rewrites tests/fuzz/corpus/
+    .venv/bin/python tools/make_fuzz_seeds.py       # torch 2.x's pickler
+    PYTHONPATH=frontend/python /usr/bin/python3 tools/make_fuzz_seeds.py  # 1.13's
 
-Seeds are named by the SHA-1 of their content (libFuzzer's convention), so
-a rerun that makes the same bytes changes nothing. Large members are left
-out: a seed over MAX_SEED bytes slows every execution and bloats the
-repository.
+Seeds are named by the SHA-1 of their content (libFuzzer's convention) and
+added to tests/fuzz/corpus/<harness>/: the two torches' picklers write
+programs differently, and the corpora keep both. Delete a folder to start
+it over. Large members are left out: a seed over MAX_SEED bytes slows every
+execution and bloats the repository.
 """
 
 import collections
@@ -30,9 +32,7 @@ Point = collections.namedtuple("Point", ["x", "y"])
 
 def write_seeds(harness, blobs):
     folder = CORPUS / harness
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     kept = 0
     for blob in blobs:
         if isinstance(blob, str):
@@ -64,13 +64,27 @@ def main():
         loss = (torch.exp(-y * y) + torch.where(y > 0, y, 0.5 * y)).sum()
         return w - 0.05 * mf.grad(loss, w)
 
+    # An inner loop (MAML's shape: an MLP, Adam, a closed-over constant):
+    # constants, GEMMs, reductions and the meta-backward in its program.
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    params = {k: v.detach().clone().requires_grad_() for k, v in net.named_parameters()}
+    scale = torch.tensor(1.5)
+
+    def task_loss(p, x, y):
+        return torch.nn.functional.mse_loss(mf.functional_call(net, p, x) * scale, y)
+
+    inner = mf.compile_inner_loop(task_loss, mf.adam(0.01), steps=2)
+    xs = torch.rand(6, 2)
+
     w = torch.tensor([0.5, -1.0, 2.0], dtype=f64)
     x = torch.tensor([1.0, 2.0, -0.5], dtype=f64)
     artifacts, programs, shared_objects, kernel_irs = [], [], [], []
-    for name, fn, args in [("quadratic", quadratic_step, (w, x)),
-                           ("smooth", smooth_step, (w.float(), x.float()))]:
+    for name, fn, args in [("quadratic", mf.compile(quadratic_step), (w, x)),
+                           ("smooth", mf.compile(smooth_step), (w.float(), x.float())),
+                           ("inner_loop", inner, (params, xs, xs.sum(1, keepdim=True)))]:
         path = work / f"{name}.mfa"
-        aot.save(mf.compile(fn), str(path), *args)
+        aot.save(fn, str(path), *args)
         artifacts.append(path.read_bytes())
         with zipfile.ZipFile(path) as archive:
             for member in archive.namelist():
