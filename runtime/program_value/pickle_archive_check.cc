@@ -361,11 +361,12 @@ class PickleReplay {
         if (arg->items.size() < 5 || first->kind != PickleValue::kStorage ||
             !arg->items[1]->is_int || arg->items[1]->number < 0 ||
             !IntTuple(arg->items[2], &sizes) || !IntTuple(arg->items[3], &strides) ||
-            sizes.size() != strides.size()) {
+            sizes.size() != strides.size() || sizes.size() > 64) {
           return void(Fail("a tensor that is not (storage, offset, sizes, strides, ...)"));
         }
-        // The last element it reaches, and how many it shows, within the
-        // storage.
+        // The last element it reaches must lie in its storage; it may show
+        // more elements than that (a broadcast view, stride 0), but no more
+        // than an int64 counts.
         int64_t last = arg->items[1]->number, count = 1;
         bool empty = false;
         for (size_t d = 0; d < sizes.size(); ++d) {
@@ -375,9 +376,11 @@ class PickleReplay {
                                __builtin_add_overflow(last, reach, &last))) {
             return void(Fail("a tensor larger than any storage"));
           }
-          if (__builtin_mul_overflow(count, sizes[d], &count)) count = INT64_MAX;
+          if (__builtin_mul_overflow(count, sizes[d], &count)) {
+            return void(Fail("a tensor of more elements than an int64 counts"));
+          }
         }
-        if (!empty && (last >= first->number || count > first->number)) {
+        if (!empty && last >= first->number) {
           return void(Fail("a tensor reaching outside its storage"));
         }
         PickleRef t = Make(PickleValue::kTensor);

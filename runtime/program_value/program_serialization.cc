@@ -182,10 +182,13 @@ class Reader {
   }
   std::string Bytes(const char* field) {
     const IValue& v = Next(field);
-    if (!v.isTensor() || v.toTensor().scalar_type() != at::kByte || v.toTensor().dim() != 1) {
-      throw Bad(Here() + " is not a 1-D uint8 tensor");
+    // Contiguous, as written: a broadcast view would be copied out to its
+    // full size here.
+    if (!v.isTensor() || v.toTensor().scalar_type() != at::kByte || v.toTensor().dim() != 1 ||
+        !v.toTensor().is_contiguous()) {
+      throw Bad(Here() + " is not a contiguous 1-D uint8 tensor");
     }
-    const at::Tensor bytes = v.toTensor().contiguous();
+    const at::Tensor& bytes = v.toTensor();
     return std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
   }
   std::vector<int64_t> Ints(const char* field) {
@@ -445,8 +448,8 @@ LoopSection ReadLoop(Reader& r, const CompiledProgram& p) {
   const IValue& tables = r.Next("per_step");
   if (!tables.isList()) throw Reader::Bad(r.Here() + " is not a list of tensors");
   for (const IValue& t : tables.toListRef()) {
-    if (!t.isTensor() || t.toTensor().dim() < 1) {
-      throw Reader::Bad(r.Here() + " holds something other than a table tensor");
+    if (!t.isTensor() || t.toTensor().dim() < 1 || !t.toTensor().is_contiguous()) {
+      throw Reader::Bad(r.Here() + " holds something other than a contiguous table tensor");
     }
     loop.per_step.push_back(t.toTensor());
   }
