@@ -15,6 +15,12 @@ if not INSTALLED:
 # fallback itself sets it to 0.
 os.environ.setdefault("METAFUSE_STRICT", "1")
 
+# Timing never chooses which compiled program a test checks: the fusion cost
+# check (metafuse/_fusion_check.py) is off, so the fused (specialized)
+# program runs unless a test turns fusion off (METAFUSE_DISABLE_FUSION=1) to
+# check the unfused one; the tests of the check itself turn it on.
+os.environ.setdefault("METAFUSE_FUSION_CHECK", "0")
+
 
 def _load_torchs_own_scripted_decompositions():
     """torch 2.x scripts its forward-mode AD decompositions with torch.jit on

@@ -25,7 +25,8 @@ def workspace(tmp_path_factory):
     cache = root / "kernels"
     script = write_job_script(root)
     job = root / "job.mfa"
-    env = {"METAFUSE_CACHE_DIR": str(cache)}
+    # The fusion check on (the suite turns it off): inspect shows its choice.
+    env = {"METAFUSE_CACHE_DIR": str(cache), "METAFUSE_FUSION_CHECK": "1"}
     done = cli("compile", f"{script}:meta_step", "-o", job, env=env)
     assert done.returncode == 0, done.stderr
     assert "job artifact" in done.stdout

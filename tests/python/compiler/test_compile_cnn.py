@@ -9,6 +9,9 @@ import torch
 import metafuse as mf
 from metafuse.compiler import CompilationFallbackWarning
 
+# The fused and the unfused compiled program, each (compiler/conftest.py).
+pytestmark = pytest.mark.usefixtures("program")
+
 F64 = torch.float64
 
 
@@ -96,6 +99,7 @@ def test_wide_float32_layers_run_winograd_and_match_a_float64_truth():
     assert compiled_error < 20 * max(eager_error, 1e-7), (compiled_error, eager_error)
 
 
+@pytest.mark.parametrize("program", ["fused"], indirect=True)  # what fusion makes
 def test_pooled_relu_output_is_recomputed_not_saved():
     """conv - BatchNorm - ReLU - max-pool: the ReLU output is read by the
     pooling (which keeps only indices) and by ReLU's derivative (as a mask).

@@ -10,6 +10,9 @@ import torch
 import metafuse as mf
 from metafuse.compiler import CompilationFallbackWarning
 
+# The fused and the unfused compiled program, each (compiler/conftest.py).
+pytestmark = pytest.mark.usefixtures("program")
+
 F64 = torch.float64
 
 

@@ -15,6 +15,11 @@ import torch
 import metafuse as mf
 from metafuse.compiler import CompilationFallbackWarning
 
+# Every test here means the compiled path (a fallback to eager would pass the
+# gradchecks silently) and runs the fused and the unfused program each.
+pytestmark = [pytest.mark.filterwarnings("error::metafuse.compiler.CompilationFallbackWarning"),
+              pytest.mark.usefixtures("program")]
+
 from meta_checks import assert_same_losses_and_meta_gradients
 
 F = torch.nn.functional

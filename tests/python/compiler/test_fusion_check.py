@@ -14,6 +14,12 @@ from metafuse import _fusion_check
 F64 = torch.float64
 
 
+@pytest.fixture(autouse=True)
+def check_on(monkeypatch):
+    """The suite turns the check off (conftest.py); these tests are of it."""
+    monkeypatch.setenv(_fusion_check.VARIABLE, "1")
+
+
 def mlp_and_data():
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.Tanh(),

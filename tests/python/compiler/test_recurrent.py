@@ -14,6 +14,9 @@ from metafuse.compiler import CompilationFallbackWarning
 
 from meta_checks import assert_same_losses_and_meta_gradients
 
+# The fused and the unfused compiled program, each (compiler/conftest.py).
+pytestmark = pytest.mark.usefixtures("program")
+
 F64 = torch.float64
 
 

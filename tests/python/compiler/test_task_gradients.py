@@ -10,6 +10,9 @@ import metafuse as mf
 
 from test_vmap import assert_all_close, regression_problem, regression_tasks
 
+# The fused and the unfused compiled program, each (compiler/conftest.py).
+pytestmark = pytest.mark.usefixtures("program")
+
 VARIABLE = "METAFUSE_VMAP_STRATEGY"
 
 

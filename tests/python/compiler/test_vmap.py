@@ -12,6 +12,9 @@ from metafuse.compiler import CompilationFallbackWarning
 
 from conv_tasks import ConvTasks, cnn_pooled
 
+# The fused and the unfused compiled program, each (compiler/conftest.py).
+pytestmark = pytest.mark.usefixtures("program")
+
 F64 = torch.float64
 TASKS = 4
 
@@ -84,6 +87,7 @@ def test_adapt_inside_vmap_equals_the_per_task_loop(optimizer):
     assert task_loss.compile_count == 1  # same guard: the program is reused
 
 
+@pytest.mark.parametrize("program", ["fused"], indirect=True)  # what fusion makes
 def test_the_program_uses_batched_products():
     params, loss_fn = regression_problem()
 
@@ -130,6 +134,7 @@ def test_user_loop_with_metafuse_grad():
     assert_all_close(meta_gradient(losses, params), meta_gradient(expected, params))
 
 
+@pytest.mark.parametrize("program", ["fused"], indirect=True)  # what fusion makes
 def test_conv_batchnorm_tasks_compile_as_one_program(monkeypatch):
     monkeypatch.setenv("METAFUSE_VMAP_STRATEGY", "batched")
     tasks = ConvTasks(cnn_pooled())

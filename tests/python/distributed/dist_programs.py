@@ -7,12 +7,19 @@ import copy
 import os
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
 
 import metafuse as mf
 import metafuse.distributed as todist
+from metafuse.compiler import CompilationFallbackWarning
+
+# Every process that imports these programs (the test and each worker) runs
+# the compiled task or fails: a silent fallback to eager would compute the
+# same numbers, and a test of the compiled path would pass without it.
+warnings.simplefilter("error", CompilationFallbackWarning)
 
 # The example's compiled task (1-40-40-1 MLP, 5 inner SGD steps), run here in
 # float64: its parameters and data come as inputs.
