@@ -488,12 +488,20 @@ absl::Status CheckPickleArchive(const std::string& b) {
     const uint32_t flags = u16(at + 8), method = u16(at + 10), crc = u32(at + 16),
                    stored = u32(at + 20), size = u32(at + 24), name = u16(at + 28),
                    extra = u16(at + 30), comment = u16(at + 32), local = u32(at + 42);
-    if ((flags & 1) != 0 || method != 0 || stored != size || size == 0xFFFFFFFFu ||
+    // Flags: only the data descriptor, UTF-8 names and compression options
+    // (miniz refuses encrypted and patch entries, after the reader's
+    // constructor has opened the archive: that exception leaks).
+    if ((flags & ~0x080Eu) != 0 || method != 0 || stored != size || size == 0xFFFFFFFFu ||
         local == 0xFFFFFFFFu || u16(at + 34) != 0) {
-      return bad(entry + " is not a stored member");
+      return bad(entry + " is not a plain stored member");
     }
     if (name + extra + comment > directory_end - at - kCentral) {
       return bad(entry + " reaches past the directory");
+    }
+    // Not a directory, by name or by its DOS attribute: miniz reads no data
+    // for one and hands back uninitialized bytes.
+    if ((u32(at + 38) & 0x10) != 0 || (name > 0 && b[at + kCentral + name - 1] == '/')) {
+      return bad(entry + " is a directory");
     }
     if (local > directory || kLocal > directory - local || u32(local) != 0x04034b50u) {
       return bad(entry + ": its local header is damaged");

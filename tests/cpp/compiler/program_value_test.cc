@@ -170,34 +170,60 @@ TEST(ProgramValue, DamagedArchivesAreRefusedBeforeLibTorchReadsThem) {
   refused(bytes + "comment", "no end record");
 }
 
+uint32_t LittleEndian(const std::string& bytes, size_t at, int n) {
+  uint32_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = v << 8 | static_cast<uint8_t>(bytes[at + i]);
+  return v;
+}
+
+// Where the directory entry of the member whose name ends with `name` starts.
+size_t DirectoryEntry(const std::string& bytes, const std::string& name) {
+  for (size_t at = bytes.find("PK\x01\x02"); at != std::string::npos;
+       at = bytes.find("PK\x01\x02", at + 4)) {
+    const std::string member = bytes.substr(at + 46, LittleEndian(bytes, at + 28, 2));
+    if (member.size() >= name.size() &&
+        member.compare(member.size() - name.size(), name.size(), name) == 0) {
+      return at;
+    }
+  }
+  ADD_FAILURE() << "no member " << name;
+  return 0;
+}
+
 // `bytes` (a serialized program: a zip of stored members) with member
 // `name` changed by `edit` in place and the directory's CRC-32 made to
 // match: a damaged pickle that gets past the container check.
 std::string EditMember(std::string bytes, const std::string& name,
                        const std::function<void(std::string&)>& edit) {
-  auto le = [&bytes](size_t at, int n) {
-    uint32_t v = 0;
-    for (int i = n - 1; i >= 0; --i) v = v << 8 | static_cast<uint8_t>(bytes[at + i]);
-    return v;
-  };
-  for (size_t at = bytes.find("PK\x01\x02"); at != std::string::npos;
-       at = bytes.find("PK\x01\x02", at + 4)) {
-    const std::string member = bytes.substr(at + 46, le(at + 28, 2));
-    if (member.size() < name.size() ||
-        member.compare(member.size() - name.size(), name.size(), name) != 0) {
-      continue;
-    }
-    const size_t local = le(at + 42, 4), size = le(at + 24, 4);
-    const size_t data = local + 30 + le(local + 26, 2) + le(local + 28, 2);
-    std::string contents = bytes.substr(data, size);
-    edit(contents);
-    bytes.replace(data, size, contents);
-    const uint32_t crc = crc32(0, reinterpret_cast<const Bytef*>(contents.data()), size);
-    for (int i = 0; i < 4; ++i) bytes[at + 16 + i] = static_cast<char>(crc >> (8 * i));
-    return bytes;
-  }
-  ADD_FAILURE() << "no member " << name;
+  auto le = [&bytes](size_t at, int n) { return LittleEndian(bytes, at, n); };
+  const size_t at = DirectoryEntry(bytes, name);
+  const size_t local = le(at + 42, 4), size = le(at + 24, 4);
+  const size_t data = local + 30 + le(local + 26, 2) + le(local + 28, 2);
+  std::string contents = bytes.substr(data, size);
+  edit(contents);
+  bytes.replace(data, size, contents);
+  const uint32_t crc = crc32(0, reinterpret_cast<const Bytef*>(contents.data()), size);
+  for (int i = 0; i < 4; ++i) bytes[at + 16 + i] = static_cast<char>(crc >> (8 * i));
   return bytes;
+}
+
+// Found by the long fuzz run: an entry flagged as a patch (or encrypted, or
+// a directory) passed the container check, and miniz refused it only once
+// LibTorch's reader constructor had opened the archive, which leaks.
+TEST(ProgramValue, ArchiveEntriesMinizRefusesLateAreRefusedFirst) {
+  const std::string bytes = runtime::SerializeProgram(runtime::CompiledProgram{});
+  const size_t version = DirectoryEntry(bytes, "/version");
+  auto refused = [](const std::string& damaged, const std::string& reason) {
+    auto loaded = runtime::DeserializeProgram(damaged);
+    ASSERT_FALSE(loaded.ok()) << reason;
+    EXPECT_NE(loaded.status().ToString().find(reason), std::string::npos) << loaded.status();
+  };
+  std::string patched = bytes;
+  patched[version + 8] |= 0x20;  // "compressed patched data"
+  refused(patched, "is not a plain stored member");
+  std::string folder = bytes;
+  folder[version + 38] |= 0x10;  // the DOS directory attribute
+  refused(folder, "is a directory");
 }
 
 // Found by tests/fuzz/program_serialization_fuzzer once CRC-32s no longer
