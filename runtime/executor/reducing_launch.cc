@@ -31,13 +31,16 @@ bool SumsByPeriod(const LaunchPlan::Reduction& r) {
   return r.access == kPeriodic && r.inner < kShortPlane && r.mid * r.inner <= kLargestPeriod;
 }
 
-// Number of reduced elements the form addresses over a loop of n.
+// Number of reduced elements the form addresses over a loop of n; -1 when
+// its sizes are not positive or the loop is not whole runs (outer) or
+// periods (middle) of them: the last elements would land past the sums.
 int64_t ReducedCount(const LaunchPlan::Reduction& r, int64_t n) {
+  if (r.inner < 1 || r.mid < 1) return -1;
   switch (r.access) {
     case kBroadcast: return 1;
     case kInner: return r.inner;
-    case kOuter: return n / r.inner;
-    case kMiddle: return n / (r.mid * r.inner) * r.inner;
+    case kOuter: return n % r.inner == 0 ? n / r.inner : -1;
+    case kMiddle: return n % (r.mid * r.inner) == 0 ? n / (r.mid * r.inner) * r.inner : -1;
     case kPeriodic: return r.mid;
   }
   return -1;

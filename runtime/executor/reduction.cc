@@ -10,6 +10,7 @@
 #include <array>
 
 #include <ATen/ATen.h>
+#include <c10/util/accumulate.h>
 
 #include "runtime/executor/operator_lookup.h"
 
@@ -35,6 +36,8 @@ void ReduceBlock(const T* __restrict__ in, int64_t outer, int64_t reduce, int64_
       T s = 0;
       for (int64_t r = 0; r < reduce; ++r) s += block[r];
       dst[0] = s;
+    } else if (reduce == 0) {  // an empty axis: no row to start from
+      for (int64_t j = 0; j < inner; ++j) dst[j] = 0;
     } else {
       for (int64_t j = 0; j < inner; ++j) dst[j] = block[j];
       for (int64_t r = 1; r < reduce; ++r) {
@@ -46,6 +49,21 @@ void ReduceBlock(const T* __restrict__ in, int64_t outer, int64_t reduce, int64_
       for (int64_t j = 0; j < inner; ++j) dst[j] /= static_cast<T>(reduce);
     }
   }
+}
+
+// Whether the loop's output for x has the plan's out_sizes: a generic
+// program may meet other shapes than the plan's (ATen then), and the loop
+// writes as many sums as x's shape makes.
+bool Fits(Form form, const at::Tensor& x, int64_t out_numel, const std::vector<int64_t>& block) {
+  switch (form) {
+    case ReductionPlan::kAll: return out_numel == 1;
+    case ReductionPlan::kRows: return x.dim() == 2 && out_numel == x.size(1);
+    case ReductionPlan::kColumns: return x.dim() == 2 && out_numel == x.size(0);
+    case ReductionPlan::kBlock:
+      return block.size() == 3 && x.numel() == block[0] * block[1] * block[2] &&
+             out_numel == block[0] * block[2];
+  }
+  return false;
 }
 
 // Every form is a block reduction of the contiguous input: kAll
@@ -76,14 +94,12 @@ torch::jit::Operation MakeReductionOperation(const ReductionPlan& plan, size_t n
   const bool mean = plan.mean;
   const std::vector<int64_t> out_sizes = plan.out_sizes;
   const std::vector<int64_t> block = plan.block;
-  const int64_t block_numel =
-      block.size() == 3 ? block[0] * block[1] * block[2] : -1;
+  const int64_t out_numel = c10::multiply_integers(out_sizes);
   torch::jit::Operation fallback = LookUpOperation(plan.fallback_schema);
-  return [form, mean, out_sizes, block, block_numel, fallback,
+  return [form, mean, out_sizes, block, out_numel, fallback,
           num_inputs](torch::jit::Stack& stack) mutable {
     const at::Tensor& x = stack[stack.size() - num_inputs].toTensor();
-    // A generic program may meet other shapes than the plan's: ATen then.
-    if (!Plain(x) || (form == ReductionPlan::kBlock && x.numel() != block_numel)) {
+    if (!Plain(x) || !Fits(form, x, out_numel, block)) {
       fallback(stack);
       return;
     }
