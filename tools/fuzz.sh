@@ -111,7 +111,11 @@ for h in "${harnesses[@]}"; do
     status=1
   fi
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  took=$(sed -n 's/^stat::.*//p;s/.*Done \([0-9]*\) runs in \([0-9]*\) second.*/\2/p' "$log" | tail -1)
+  took=$(sed -n 's/.*Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
+  if [ -z "$took" ] && [ -n "$runs" ]; then  # stopped early by a finding
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+    took=$((runs / (${rate:-1} > 0 ? ${rate:-1} : 1)))
+  fi
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   printf '%-22s %12s %8s %6s %6s  %s\n' "$h" "${runs:-?}" "${took:-$seconds}" "${cov:-?}" \
