@@ -83,16 +83,21 @@ void AddElementwiseRules(RuleTable& t) {
              e.as_mask(e.op("aten::gt", {n->output(), e.c(0.0)}), go[0]);
          return {e.mul(go[0], mask)};
        });
-  // go / (2 sqrt(x)), and exactly 0 where go is exactly 0: at x = 0 the
-  // local derivative is infinite, and 0 * inf would be NaN where the path
-  // contributes nothing. Adam's root is such a point: its cotangent carries
-  // the first moment, which is exactly 0 when the second moment is (a unit
-  // whose gradients were all 0), and the exact meta-gradient is finite.
+  // go / (2 sqrt(x)), and exactly 0 where go and sqrt(x) are both exactly
+  // 0: at x = 0 the local derivative is infinite, and 0 * inf would be NaN
+  // where the path contributes nothing. Adam's root is such a point: its
+  // cotangent carries the first moment, which is exactly 0 when the second
+  // moment is (a unit whose gradients were all 0), and the exact
+  // meta-gradient is finite. Only there: where sqrt(x) > 0 the quotient is
+  // left alone, so its derivative in go stays 1 / (2 sqrt(x)) even where go
+  // happens to be 0 (a higher-order derivative differentiates it in go).
+  // |go| + sqrt(x) == 0 exactly when both are 0 (sqrt(x) >= 0).
   t.emplace("aten::sqrt",
        [](Emit& e, Node* n, const Grads& go) -> Grads {
          Value* quotient = e.div(go[0], e.mul(n->output(), e.c(2.0)));
-         Value* zero_cotangent = e.op("aten::eq", {go[0], e.c(0.0)});
-         return {e.op("aten::where", {zero_cotangent, e.zeros_like(quotient), quotient})};
+         Value* both_zero = e.op(
+             "aten::eq", {e.add(e.op("aten::abs", {go[0]}), n->output()), e.c(0.0)});
+         return {e.op("aten::where", {both_zero, e.zeros_like(quotient), quotient})};
        });
   t.emplace("aten::pow",
        [](Emit& e, Node* n, const Grads& go) -> Grads {
