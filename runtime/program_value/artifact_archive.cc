@@ -2,9 +2,12 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -60,6 +63,10 @@ absl::StatusOr<std::map<std::string, std::string>> ParseStoredZip(const std::str
     return absl::DataLossError(absl::StrCat(what, "the directory reaches past its end)"));
   }
   std::map<std::string, std::string> members;
+  // Each member's bytes, header to end: no two may share any (a crafted
+  // directory could name one large member many times, and each name is a
+  // copy).
+  std::vector<std::tuple<size_t, size_t, std::string>> spans;
   size_t at = directory;
   for (uint32_t k = 0; k < count; ++k) {
     if (at + kCentralSize > end || U32(bytes, at) != kCentralHeader) {
@@ -84,10 +91,19 @@ absl::StatusOr<std::map<std::string, std::string>> ParseStoredZip(const std::str
     if (data + size > directory) {
       return absl::DataLossError(absl::StrCat(what, "member ", name, " is truncated)"));
     }
-    if (!members.emplace(name, bytes.substr(data, size)).second) {
+    if (members.count(name) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(what, "member ", name, " appears twice)"));
     }
+    spans.emplace_back(local, data + size, name);
+    members.emplace(name, bytes.substr(data, size));
     at += kCentralSize + name_length + extra + comment;
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (std::get<0>(spans[i]) < std::get<1>(spans[i - 1])) {
+      return absl::DataLossError(absl::StrCat(what, "members ", std::get<2>(spans[i - 1]),
+                                              " and ", std::get<2>(spans[i]), " overlap)"));
+    }
   }
   return members;
 }
