@@ -13,7 +13,8 @@
 # grow coverage go to $METAFUSE_FUZZ_WORK/<harness>/ (default /tmp/
 # metafuse-fuzz), never into the committed seeds; a crash, leak, timeout
 # or sanitizer report leaves its input there and fails the script.
-# Extra libFuzzer flags: $FUZZ_FLAGS (e.g. "-jobs=1 -workers=1").
+# Extra libFuzzer flags: $FUZZ_FLAGS (e.g. "-max_len=4096"; not -jobs, whose
+# logs go elsewhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
