@@ -1073,11 +1073,19 @@ bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make,
   static const std::set<std::string> kNoExactTripleBackward = {
       "aten::batch_norm", "aten::layer_norm", "aten::group_norm", "aten::instance_norm",
       "aten::native_layer_norm", "aten::native_batch_norm"};
-  std::string inexact_reference;
+  // At exactly 0, ATen's elu and selu take their first derivative from the
+  // left branch (scale alpha) and their second from the right one (0): no
+  // one function has both, so above first order there is no reference
+  // where such a program's inputs hold exact zeros.
+  static const std::set<std::string> kInconsistentAtZero = {"aten::elu", "aten::selu"};
+  std::string inexact_reference, inconsistent_at_zero;
   for (torch::jit::Node* node : graph->nodes()) {
     ++stats.source_ops[node->kind().toQualString()];
     if (kNoExactTripleBackward.count(node->kind().toQualString())) {
       inexact_reference = node->kind().toQualString();
+    }
+    if (b.has_zero_inputs() && kInconsistentAtZero.count(node->kind().toQualString())) {
+      inconsistent_at_zero = node->kind().toQualString();
     }
   }
   auto unsupported = DecomposeToPrimitives(graph);
@@ -1217,7 +1225,7 @@ bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make,
     return true;
   }
   bool ok = true;
-  // Third order sums three times as many rounded terms: 1e-8 / 1e-10.
+  // Third order sums three times as many rounded terms: 1e-8 / 1e-9.
   auto check = [&](const at::Tensor& got, const at::Tensor& expected,
                    const std::string& what, double rtol = 1e-9, double atol = 1e-11) {
     auto result = Close(got, expected, what, rtol, atol);
@@ -1256,7 +1264,13 @@ bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make,
     check(results[1 + i].toTensor(), OrZeros(first[i], leaves[i]),
           "first-order gradient " + std::to_string(i));
   }
-  for (size_t i = 0; i < leaves.size() && ok; ++i) {
+  const bool compare_second = inconsistent_at_zero.empty();
+  if (!compare_second) {
+    ++stats.third_unsupported["above first order at exact zeros: ATen's " +
+                              inconsistent_at_zero + " has no one convention there"];
+    compare_third = false;
+  }
+  for (size_t i = 0; i < leaves.size() && ok && compare_second; ++i) {
     check(results[1 + leaves.size() + i].toTensor(),
           OrZeros(second[i], leaves[i]),
           "second-order gradient " + std::to_string(i));
@@ -1264,7 +1278,7 @@ bool CheckProgram(uint64_t seed, const std::function<bool(Builder&)>& make,
   for (size_t i = 0; i < leaves.size() && ok && compare_third; ++i) {
     check(results[1 + 2 * leaves.size() + i].toTensor(),
           OrZeros(third[i], leaves[i]),
-          "third-order gradient " + std::to_string(i), 1e-8, 1e-10);
+          "third-order gradient " + std::to_string(i), 1e-8, 1e-9);
   }
   if (compare_third) ++stats.third_order;
   if (b.has_zero_inputs()) ++stats.zero_inputs;
@@ -1360,13 +1374,18 @@ int ElementwisePrograms() {
   const char* n = std::getenv("METAFUSE_AUTODIFF_FUZZ_PROGRAMS");
   return n != nullptr && std::atoi(n) > 0 ? std::atoi(n) : 2000;
 }
+// METAFUSE_AUTODIFF_FUZZ_FIRST_SEED starts elsewhere (to rerun one program).
+int FirstSeed() {
+  const char* n = std::getenv("METAFUSE_AUTODIFF_FUZZ_FIRST_SEED");
+  return n != nullptr && std::atoi(n) > 0 ? std::atoi(n) : 1000;
+}
 constexpr int kConvPrograms = 200;
 
 TEST(AutodiffFuzz, RandomProgramsMatchAutogradToThirdOrder) {
   FuzzStats stats;
   const int kElementwisePrograms = ElementwisePrograms();
   for (int i = 0; i < kElementwisePrograms && stats.failed < 3; ++i) {
-    CheckProgram(1000 + i, RandomElementwiseProgram, stats);
+    CheckProgram(FirstSeed() + i, RandomElementwiseProgram, stats);
   }
   std::ostringstream generated, primitive;
   for (const auto& [op, count] : stats.source_ops)
